@@ -1,0 +1,20 @@
+# The two commands a new user needs (see README.md):
+#   make demo   - run the whole pipeline end to end on the embedded default
+#   make test   - run the test suite (real MariaDB, real Spark local[2], real Airflow test mode)
+.PHONY: bootstrap test demo lint bench-split
+
+bootstrap:
+	bash scripts/bootstrap.sh
+
+lint: bootstrap
+	.venv/bin/ruff check airflow_provider_mysqlcdc dags spark_jobs tests bench
+
+test: bootstrap
+	.venv/bin/ruff check airflow_provider_mysqlcdc dags spark_jobs tests bench
+	.venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: bootstrap
+	.venv/bin/python -m airflow_provider_mysqlcdc.demo
+
+bench-split: bootstrap
+	.venv/bin/python bench/split.py

@@ -1,0 +1,257 @@
+"""Chunk-key values: their JSON form and their order *as the database orders them*.
+
+Split boundaries are computed by the database, so its collation decides which chunk a string
+key belongs to. A binlog event's key must be placed into the same chunk by Python, or a change
+is applied to the wrong chunk (lost or duplicated: Flink CDC #2075 / PR #4413). This module turns a
+key value into a sort key whose Python order equals the server's order:
+
+* integers, decimals, floats, dates and datetimes compare natively;
+* ``binary``/``varbinary`` compare as bytes (no padding);
+* ``*_bin`` collations of UTF-8 compare by code point, other ``*_bin`` by encoded byte;
+* every other collation (``utf8mb4_general_ci``, ``utf8mb4_unicode_ci``, ...) compares by the
+  per-character weights the *server* reports (``WEIGHT_STRING``), fetched once per collation by
+  the source layer and verified there against the server for every split boundary.
+
+PAD SPACE collations (most of MySQL's) compare as if the shorter string were padded with spaces,
+which is *not* the same as stripping trailing spaces ('a' > 'a\\t' because ' ' > '\\t');
+:class:`PadSpaceKey` implements exactly that.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import total_ordering
+from typing import Any
+
+# Kinds of chunk-key column, decided from the MySQL data type by the source layer.
+INT = "int"
+DECIMAL = "decimal"
+FLOAT = "float"
+STRING = "string"
+BYTES = "bytes"
+DATE = "date"
+DATETIME = "datetime"
+KEY_KINDS = (INT, DECIMAL, FLOAT, STRING, BYTES, DATE, DATETIME)
+
+
+def encode_key_value(kind: str, value: Any) -> Any:
+    """A JSON-safe form of a key value (decimals as strings, bytes as base64)."""
+    if value is None:
+        return None
+    if kind == INT:
+        return int(value)
+    if kind == DECIMAL:
+        return str(value)
+    if kind == FLOAT:
+        return float(value)
+    if kind == STRING:
+        return str(value)
+    if kind == BYTES:
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if kind in (DATE, DATETIME):
+        return value.isoformat()
+    raise ValueError(f"unknown key kind {kind!r}")
+
+
+def decode_key_value(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == INT:
+        return int(value)
+    if kind == DECIMAL:
+        return Decimal(value)
+    if kind == FLOAT:
+        return float(value)
+    if kind == STRING:
+        return str(value)
+    if kind == BYTES:
+        return base64.b64decode(value)
+    if kind == DATE:
+        return dt.date.fromisoformat(value)
+    if kind == DATETIME:
+        return dt.datetime.fromisoformat(value)
+    raise ValueError(f"unknown key kind {kind!r}")
+
+
+@total_ordering
+class PadSpaceKey:
+    """Weights of a string under a PAD SPACE collation; compares as if padded with spaces."""
+
+    __slots__ = ("space", "weights")
+
+    def __init__(self, weights: Sequence[int], space: int):
+        w = list(weights)
+        while w and w[-1] == space:
+            w.pop()
+        self.weights = tuple(w)
+        self.space = space
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PadSpaceKey):
+            return NotImplemented
+        return self.weights == other.weights
+
+    def __hash__(self) -> int:
+        return hash(self.weights)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, PadSpaceKey):
+            return NotImplemented
+        a, b = self.weights, other.weights
+        n = min(len(a), len(b))
+        if a[:n] != b[:n]:
+            return a[:n] < b[:n]
+        if len(a) == len(b):
+            return False
+        # One is a prefix of the other: the shorter one is padded with spaces. The remainder of
+        # the longer one ends with a non-space (trailing spaces were stripped).
+        if len(a) < len(b):
+            first = next(u for u in b[n:] if u != self.space)
+            return first > self.space
+        first = next(u for u in a[n:] if u != self.space)
+        return first < self.space
+
+    def __repr__(self) -> str:
+        return f"PadSpaceKey({self.weights!r})"
+
+
+@dataclass
+class Collation:
+    """How the server orders strings of one collation, in a form Python can apply.
+
+    ``method`` is ``binary`` (bytes, no pad), ``codepoint`` (UTF-8 ``*_bin``), ``bytes`` (an
+    8-bit charset's ``*_bin``: encoded-byte order via ``codec``), or ``weights`` (per-character
+    weight table from the server). ``weights`` maps a BMP code point to its weight units;
+    characters above U+FFFF take ``supplementary`` (the collations we accept weigh them all alike,
+    as MySQL's general_ci/unicode_ci do).
+    """
+
+    name: str
+    method: str
+    pad_space: bool = True
+    codec: str = "utf-8"
+    charset: str = "utf8mb4"
+    space_weight: int = 0x20
+    weight_width: int = 2  # bytes per weight unit in the server's WEIGHT_STRING
+    weights: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    supplementary: tuple[int, ...] = ()
+
+    def units(self, s: str) -> tuple[int, ...]:
+        if self.method == "codepoint":
+            return tuple(map(ord, s))
+        if self.method == "bytes":
+            return tuple(s.encode(self.codec, errors="replace"))
+        if self.method == "weights":
+            out: list[int] = []
+            table = self.weights
+            for ch in s:
+                cp = ord(ch)
+                w = table.get(cp)
+                if w is None:
+                    if cp > 0xFFFF:
+                        w = self.supplementary
+                    else:
+                        raise ValueError(
+                            f"character U+{cp:04X} has no weight in collation {self.name}; "
+                            "it cannot be stored in this column"
+                        )
+                out.extend(w)
+            return tuple(out)
+        raise ValueError(f"collation method {self.method!r} has no weight units")
+
+    def sort_key(self, value: Any) -> Any:
+        if self.method == "binary":
+            return bytes(value) if not isinstance(value, str) else value.encode("utf-8")
+        if isinstance(value, bytes | bytearray):
+            value = bytes(value).decode(self.codec, errors="replace")
+        units = self.units(value)
+        if self.pad_space:
+            return PadSpaceKey(units, self.space_weight)
+        return units
+
+    # ----------------------------------------------------------------- serialization
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "name": self.name,
+            "method": self.method,
+            "pad_space": self.pad_space,
+            "codec": self.codec,
+            "charset": self.charset,
+            "space_weight": self.space_weight,
+            "weight_width": self.weight_width,
+        }
+        if self.method == "weights":
+            d["weights"] = {str(cp): list(w) for cp, w in self.weights.items()}
+            d["supplementary"] = list(self.supplementary)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Collation:
+        return cls(
+            name=d["name"],
+            method=d["method"],
+            pad_space=bool(d.get("pad_space", True)),
+            codec=d.get("codec", "utf-8"),
+            charset=d.get("charset", "utf8mb4"),
+            space_weight=int(d.get("space_weight", 0x20)),
+            weight_width=int(d.get("weight_width", 2)),
+            weights={int(cp): tuple(w) for cp, w in d.get("weights", {}).items()},
+            supplementary=tuple(d.get("supplementary", ())),
+        )
+
+
+BINARY = Collation(name="binary", method="binary", pad_space=False)
+
+
+@dataclass(frozen=True)
+class KeyColumn:
+    """One chunk-key column: its name, kind and, for strings, collation name."""
+
+    name: str
+    kind: str
+    collation: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "collation": self.collation}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KeyColumn:
+        return cls(d["name"], d["kind"], d.get("collation"))
+
+
+class KeyOrder:
+    """Sort keys for composite chunk-key values, consistent with the database's row comparison."""
+
+    def __init__(self, columns: Sequence[KeyColumn], collations: dict[str, Collation] | None = None):
+        self.columns = tuple(columns)
+        collations = collations or {}
+        self._funcs = []
+        for col in self.columns:
+            if col.kind == STRING:
+                if not col.collation:
+                    raise ValueError(f"string key column {col.name} needs a collation")
+                coll = collations.get(col.collation)
+                if coll is None:
+                    raise ValueError(
+                        f"no ordering known for collation {col.collation} of key column {col.name}"
+                    )
+                self._funcs.append(coll.sort_key)
+            elif col.kind == BYTES:
+                self._funcs.append(BINARY.sort_key)
+            elif col.kind in KEY_KINDS:
+                self._funcs.append(_identity)
+            else:
+                raise ValueError(f"unsupported key kind {col.kind!r} for column {col.name}")
+
+    def sort_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        if len(values) != len(self._funcs):
+            raise ValueError(f"key has {len(values)} values, expected {len(self._funcs)}")
+        return tuple(f(v) for f, v in zip(self._funcs, values, strict=True))
+
+
+def _identity(v: Any) -> Any:
+    return v

@@ -1,0 +1,143 @@
+"""Command line: pre-flight checks and plans outside Airflow (``python -m airflow_provider_mysqlcdc``).
+
+The connection is resolved the way Airflow resolves it (``AIRFLOW_CONN_<ID>`` in JSON or URI form,
+secrets backends, or the metadata DB when one is configured), so the same ``mysql_cdc_default`` a DAG
+uses works here with no Airflow database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+
+
+def _settings(conn_id: str) -> Any:
+    from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+
+    try:
+        return MySqlCdcHook(conn_id).settings
+    except Exception as exc:  # Airflow raises its own "not defined" error type
+        raise SystemExit(
+            f"error: connection {conn_id!r} is not defined: set AIRFLOW_CONN_{conn_id.upper()} (JSON, e.g. "
+            '{"conn_type":"mysql_cdc","host":"...","port":3306,"login":"...","password":"..."}) '
+            f"or create it in Airflow ({exc.__class__.__name__}: {exc})"
+        ) from None
+
+
+def _tables(arg: str | None) -> list[str]:
+    return [t.strip() for t in (arg or "").split(",") if t.strip()]
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from airflow_provider_mysqlcdc.source.checks import check_source
+
+    settings = _settings(args.conn_id)
+    with settings.connect() as conn:
+        report = check_source(conn, _tables(args.tables), _chunk_keys(args.chunk_key))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+def _chunk_keys(items: list[str] | None) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in items or []:
+        table, sep, cols = item.partition("=")
+        if not sep or not cols:
+            raise SystemExit(f"error: --chunk-key expects db.table=col[,col], got {item!r}")
+        out[table.strip()] = [c.strip() for c in cols.split(",") if c.strip()]
+    return out
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from airflow_provider_mysqlcdc.source.checks import check_source
+    from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+
+    tables = _tables(args.tables)
+    if not tables:
+        raise SystemExit("error: --tables is required, e.g. --tables shop.orders,shop.customers")
+    if args.chunk_size < 1:
+        raise SystemExit(f"error: --chunk-size must be >= 1, got {args.chunk_size}")
+    settings = _settings(args.conn_id)
+    chunk_keys = _chunk_keys(args.chunk_key)
+    with settings.connect() as conn:
+        report = check_source(conn, tables, chunk_keys)
+        if not report.ok:
+            print(report.summary(), file=sys.stderr)
+            return EXIT_PROBLEMS
+        plan = plan_snapshot(conn, tables, args.chunk_size, args.chunks_per_group, chunk_keys)
+    out = []
+    for g in plan.groups:
+        for s in g.splits:
+            d = s.to_dict()
+            d["group_id"] = g.group_id
+            out.append(d)
+    print(json.dumps(out, indent=None if args.compact else 2))
+    print(
+        f"planned {len(plan.splits)} chunks of {len(plan.tables)} table(s) in {len(plan.groups)} group(s) "
+        f"({', '.join(f'{t}: {m}' for t, m in plan.methods.items())})",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
+    from airflow_provider_mysqlcdc.source.planner import DEFAULT_CHUNKS_PER_GROUP
+
+    p = argparse.ArgumentParser(prog="mysqlcdc", description=__doc__.splitlines()[0])
+    p.add_argument("-v", "--verbose", action="store_true", help="log what is happening")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--conn-id", default="mysql_cdc_default", help="Airflow connection id (mysql_cdc type)")
+        sp.add_argument("--tables", help="comma-separated <database>.<table> list")
+        sp.add_argument(
+            "--chunk-key", action="append", metavar="DB.TABLE=COL[,COL]",
+            help="chunk key columns for a table (default: its primary key); repeatable",
+        )
+
+    c = sub.add_parser("check", help="check binlog settings, privileges and tables; exit 1 on any problem")
+    common(c)
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.set_defaults(func=cmd_check)
+
+    pl = sub.add_parser("plan", help="split tables into chunks and print them as JSON")
+    common(pl)
+    pl.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    pl.add_argument("--chunks-per-group", type=int, default=DEFAULT_CHUNKS_PER_GROUP)
+    pl.add_argument("--compact", action="store_true", help="one-line JSON")
+    pl.set_defaults(func=cmd_plan)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Importing Airflow configures logging to stdout; stdout is for results (JSON), logs go to stderr.
+    import airflow_provider_mysqlcdc.hooks.mysql_cdc  # noqa: F401
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.root.handlers = [handler]
+    logging.root.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    from airflow_provider_mysqlcdc.source.connection import SourceConnectionError
+    from airflow_provider_mysqlcdc.source.schema import SourceSchemaError
+
+    try:
+        return int(args.func(args))
+    except (SourceConnectionError, SourceSchemaError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

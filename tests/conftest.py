@@ -1,0 +1,67 @@
+"""Shared fixtures: a private MariaDB with a ROW binlog, per-test databases, Airflow env.
+
+The server is session-scoped (starting one takes ~1 s); tests that must reconfigure or restart a
+server start their own with ``MariaDBServer`` so they never disturb the shared one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+# Airflow must never touch a real deployment from the tests, nor load its example DAGs.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="mysqlcdc-airflow-home-")
+os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+from airflow_provider_mysqlcdc.source.connection import ConnectionSettings  # noqa: E402
+from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDBServer]:
+    server = MariaDBServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture
+def db(mariadb: MariaDBServer) -> Iterator[str]:
+    """A fresh database on the shared server, dropped after the test."""
+    name = "t_" + uuid.uuid4().hex[:10]
+    mariadb.execute(f"CREATE DATABASE `{name}`")
+    try:
+        yield name
+    finally:
+        mariadb.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def cdc_settings(mariadb: MariaDBServer) -> ConnectionSettings:
+    """How the CDC user reaches the shared server (TLS off: it is a local test server)."""
+    return ConnectionSettings(host="127.0.0.1", port=mariadb.port, user=CDC_USER, password=CDC_PASSWORD, ssl=False)
+
+
+@pytest.fixture
+def cdc_conn(cdc_settings: ConnectionSettings):  # type: ignore[no-untyped-def]
+    conn = cdc_settings.connect()
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def airflow_conn_env(mariadb: MariaDBServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``AIRFLOW_CONN_MYSQL_CDC_DEFAULT`` pointing at the shared server, as a user would set it."""
+    value = mariadb.airflow_conn_json()
+    monkeypatch.setenv("AIRFLOW_CONN_MYSQL_CDC_DEFAULT", value)
+    return value
