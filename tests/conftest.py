@@ -65,3 +65,15 @@ def airflow_conn_env(mariadb: MariaDBServer, monkeypatch: pytest.MonkeyPatch) ->
     value = mariadb.airflow_conn_json()
     monkeypatch.setenv("AIRFLOW_CONN_MYSQL_CDC_DEFAULT", value)
     return value
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local[2] Spark session for the whole run (JVM start-up is the slow part)."""
+    from airflow_provider_mysqlcdc.spark_session import build_spark_session
+
+    session = build_spark_session("mysqlcdc-tests", master="local[2]")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -242,6 +242,8 @@ class KeyOrder:
                 self._funcs.append(coll.sort_key)
             elif col.kind == BYTES:
                 self._funcs.append(BINARY.sort_key)
+            elif col.kind == DATETIME:
+                self._funcs.append(_naive_utc)
             elif col.kind in KEY_KINDS:
                 self._funcs.append(_identity)
             else:
@@ -254,4 +256,11 @@ class KeyOrder:
 
 
 def _identity(v: Any) -> Any:
+    return v
+
+
+def _naive_utc(v: Any) -> Any:
+    """DATETIME/TIMESTAMP keys: the snapshot path reads naive UTC, the binlog path may give aware UTC."""
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.astimezone(dt.UTC).replace(tzinfo=None)
     return v

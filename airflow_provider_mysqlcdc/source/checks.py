@@ -128,6 +128,12 @@ def _privilege_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
     return out
 
 
+def check_server(conn: Any) -> list[SourceProblem]:
+    """Server-level problems only (binlog settings, privileges): cheap, run by every job at start."""
+    info = server_info(conn)
+    return _server_problems(conn, info) + _privilege_problems(conn, info)
+
+
 def check_source(
     conn: Any,
     tables: list[str] | None = None,

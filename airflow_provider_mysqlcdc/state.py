@@ -1,0 +1,150 @@
+"""The pipeline state store: plans, chunk results, the stream manifest, checkpoints.
+
+A directory per pipeline under ``state_root`` — a local path by default, or any fsspec URL
+(``s3://``, ``gs://``, ``abfs://``...) when tasks run on several machines. Nothing about a pipeline
+lives in process memory or in XCom beyond small summaries: Airflow's XCom is not a bulk store and
+mapped tasks may run on different workers (DESIGN §3 "State store").
+
+Layout::
+
+    <state_root>/<pipeline_id>/
+        plans/<plan_id>/plan.json                 split plan: tables, schemas, groups, collations
+        plans/<plan_id>/results/group-<g>.json    one record per finished chunk of group g
+        current_plan.json                          the plan the stream was / will be built from
+        manifest.json                              stream manifest (issue: streaming)
+        checkpoint/                                stream checkpoint location
+
+Writes are atomic (write to a temporary name, then rename) so a reader never sees half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from fsspec.core import url_to_fs
+
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def check_pipeline_id(pipeline_id: str) -> str:
+    if not isinstance(pipeline_id, str) or not _SAFE.match(pipeline_id):
+        raise ValueError(
+            f"pipeline_id {pipeline_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    return pipeline_id
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What one finished chunk reports: the offsets that bracket it and what it wrote."""
+
+    table: str
+    split_id: int
+    group_id: int
+    low_watermark: dict[str, Any]
+    high_watermark: dict[str, Any]
+    rows: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ChunkResult:
+        return cls(
+            d["table"], int(d["split_id"]), int(d["group_id"]), d["low_watermark"], d["high_watermark"],
+            int(d["rows"]), float(d["seconds"]),
+        )
+
+
+class StateStore:
+    def __init__(self, state_root: str, pipeline_id: str, storage_options: dict[str, Any] | None = None):
+        check_pipeline_id(pipeline_id)
+        if not state_root:
+            raise ValueError("state_root is empty: give a directory or URL for the pipeline state")
+        self.fs, root = url_to_fs(str(state_root), **(storage_options or {}))
+        self.protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        self.root = root.rstrip("/") + "/" + pipeline_id
+        self.pipeline_id = pipeline_id
+        self.state_root = str(state_root)
+
+    # ---------------------------------------------------------------- primitives
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def url(self, *parts: str) -> str:
+        """A path other tools (Spark, delta-rs) understand: plain for local, ``proto://`` otherwise."""
+        p = self.path(*parts)
+        return p if self.protocol in ("file", "local") else f"{self.protocol}://{p}"
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        target = self.path(rel)
+        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode()
+        if self.protocol in ("file", "local"):
+            tmp = f"{target}.tmp-{uuid.uuid4().hex}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        else:  # object stores: a single PUT is atomic
+            with self.fs.open(target, "wb") as f:
+                f.write(data)
+
+    def read_json(self, rel: str, default: Any = None) -> Any:
+        target = self.path(rel)
+        try:
+            with self.fs.open(target, "rb") as f:
+                return json.loads(f.read())
+        except FileNotFoundError:
+            return default
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self.path(rel)))
+
+    def list(self, rel: str) -> list[str]:
+        try:
+            return sorted(p.rsplit("/", 1)[-1] for p in self.fs.ls(self.path(rel), detail=False))
+        except FileNotFoundError:
+            return []
+
+    def delete(self, rel: str) -> None:
+        if self.fs.exists(self.path(rel)):
+            self.fs.rm(self.path(rel), recursive=True)
+
+    # ---------------------------------------------------------------- plans and results
+    def write_plan(self, plan_id: str, plan: dict[str, Any]) -> None:
+        self.write_json(f"plans/{plan_id}/plan.json", plan)
+
+    def read_plan(self, plan_id: str) -> dict[str, Any]:
+        plan = self.read_json(f"plans/{plan_id}/plan.json")
+        if plan is None:
+            raise FileNotFoundError(
+                f"no plan {plan_id!r} for pipeline {self.pipeline_id!r} under {self.state_root}: run the plan "
+                "step (MySqlCdcPlanOperator) first, or check state_root/pipeline_id"
+            )
+        return plan
+
+    def write_group_results(self, plan_id: str, group_id: int, results: list[ChunkResult], extra: dict[str, Any]) -> None:
+        self.write_json(
+            f"plans/{plan_id}/results/group-{group_id:05d}.json",
+            {"group_id": group_id, "chunks": [r.to_dict() for r in results], **extra},
+        )
+
+    def read_group_results(self, plan_id: str, group_id: int) -> dict[str, Any] | None:
+        return self.read_json(f"plans/{plan_id}/results/group-{group_id:05d}.json")
+
+    def read_all_results(self, plan_id: str) -> list[ChunkResult]:
+        out: list[ChunkResult] = []
+        for name in self.list(f"plans/{plan_id}/results"):
+            if name.startswith("group-") and name.endswith(".json"):
+                rec = self.read_json(f"plans/{plan_id}/results/{name}")
+                out += [ChunkResult.from_dict(c) for c in rec.get("chunks", [])]
+        return out

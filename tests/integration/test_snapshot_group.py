@@ -1,0 +1,241 @@
+"""The watermark-bracketed group snapshot against a real MariaDB and real Spark (local[2]).
+
+Each concurrency test runs DML at one point of the algorithm (after LW before the SELECT, while the
+SELECT is in flight, after the SELECT before HW) — inserts, updates, deletes, a key moved into a
+chunk, a key moved out, rows on chunk boundaries, and binlog rotations — and then checks that
+every chunk in the Delta table equals the source rows of that chunk as of the group's HW.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.predicate import split_condition
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.group import (
+    SnapshotError,
+    SnapshotOptions,
+    SnapshotTestHooks,
+    run_snapshot_group,
+)
+from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+from airflow_provider_mysqlcdc.state import StateStore
+
+ROWS = 3000
+CHUNK = 500  # -> 6 chunks: [.., 501) [501, 1001) ... [2501, ..)
+PER_GROUP = 3  # -> group 0 = chunks 0-2 (ids < 1501), group 1 = chunks 3-5
+
+
+def _make_table(mariadb: Any, db: str) -> str:
+    mariadb.execute(
+        f"CREATE TABLE `{db}`.items (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(40))",
+        f"INSERT INTO `{db}`.items SELECT seq, seq * 10, CONCAT('row-', seq) FROM seq_1_to_{ROWS}",
+        database=db,
+    )
+    return f"{db}.items"
+
+
+def _plan(cdc_settings: ConnectionSettings, store: StateStore, table: str, plan_id: str = "p1") -> Any:
+    with cdc_settings.connect() as conn:
+        plan = plan_snapshot(conn, [table], CHUNK, PER_GROUP)
+    store.write_plan(plan_id, plan.to_dict())
+    return plan
+
+
+def _delta_rows(sink: DeltaSink, table: str) -> list[tuple[Any, ...]]:
+    t = sink.open(table).to_pyarrow_table()
+    return sorted(zip(t.column("id").to_pylist(), t.column("v").to_pylist(), t.column("s").to_pylist(), strict=True))
+
+
+def _source_rows(mariadb: Any, table: str, where: str = "1=1") -> list[tuple[Any, ...]]:
+    return sorted(mariadb.query(f"SELECT id, v, s FROM {table} WHERE {where}"))
+
+
+def _chunk_rows_now(mariadb: Any, plan: Any, group_id: int) -> dict[int, list[tuple[Any, ...]]]:
+    g = next(g for g in plan.groups if g.group_id == group_id)
+    return {s.split_id: _source_rows(mariadb, s.table, split_condition(s)) for s in g.splits}
+
+
+def _assert_group_matches(sink: DeltaSink, plan: Any, table: str, group_id: int, expected: dict[int, list]) -> None:
+    from airflow_provider_mysqlcdc.cdc.split import SplitLocator
+
+    loc = SplitLocator([s for s in plan.splits if s.table == table])
+    rows = _delta_rows(sink, table)
+    ids = Counter(r[0] for r in rows)
+    dups = [k for k, n in ids.items() if n > 1]
+    assert not dups, f"duplicate keys in the sink: {dups[:10]}"
+    got: dict[int, list] = {sid: [] for sid in expected}
+    for r in rows:
+        sid = loc.locate((r[0],)).split_id
+        if sid in got:
+            got[sid].append(r)
+    for sid, exp in expected.items():
+        assert sorted(got[sid]) == exp, f"chunk {sid} differs from the source as of HW"
+
+
+def _dml_everything(mariadb: Any, table: str, rotate: bool) -> None:
+    """Every kind of change, hitting chunks of group 0 (ids < 1501) and boundaries."""
+    stmts = [
+        f"INSERT INTO {table} VALUES (100000, 1, 'new beyond max')",  # last chunk's open end (group 1)
+        f"INSERT INTO {table} VALUES (0, 2, 'new below min')",  # first chunk's open end
+        f"UPDATE {table} SET v = -1, s = 'upd' WHERE id = 42",
+        f"DELETE FROM {table} WHERE id = 43",
+        f"UPDATE {table} SET id = 5001 WHERE id = 44",  # key moved out of group 0 into group 1's chunk
+        f"DELETE FROM {table} WHERE id = 1600",
+        f"UPDATE {table} SET id = 1600 WHERE id = 2999",  # key moved within group 1
+        f"DELETE FROM {table} WHERE id = 49",
+        f"UPDATE {table} SET id = 49 WHERE id = 2998",  # key moved into group 0's chunk from group 1
+        f"UPDATE {table} SET id = 1200 + 0 * id WHERE id = 1200",  # no-op key rewrite
+        f"UPDATE {table} SET v = -2 WHERE id = 501",  # row on a chunk boundary (start of chunk 1)
+        f"DELETE FROM {table} WHERE id = 1001",  # boundary row deleted ...
+        f"INSERT INTO {table} VALUES (1001, 3, 'boundary reinserted')",  # ... and re-inserted
+        f"DELETE FROM {table} WHERE id = 1000",
+        f"UPDATE {table} SET id = 1000 WHERE id = 46",  # moved to the last key before a boundary
+        f"UPDATE {table} SET id = id + 10000 WHERE id BETWEEN 700 AND 709",  # multi-row key move out
+    ]
+    for i, s in enumerate(stmts):
+        mariadb.execute(s)
+        if rotate and i % 4 == 3:
+            mariadb.execute("FLUSH BINARY LOGS")
+    # several changes to one key in one window: the last one must win
+    for v in range(5):
+        mariadb.execute(f"UPDATE {table} SET v = {100 + v} WHERE id = 47")
+    mariadb.execute(f"INSERT INTO {table} VALUES (48000, 4, 'x')")
+    mariadb.execute(f"DELETE FROM {table} WHERE id = 48000")
+
+
+@pytest.mark.parametrize("point", ["after_low_watermark", "during_read", "before_high_watermark"])
+def test_concurrent_dml_at_each_point(point: str, mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    plan = _plan(cdc_settings, store, table)
+    assert len(plan.groups) == 2 and len(plan.splits) == 6
+
+    # Group 1 first, with no concurrent DML; remember its chunks as of its HW.
+    run_snapshot_group(spark, cdc_settings, store, "p1", 1, sink)
+    group1_at_hw = _chunk_rows_now(mariadb, plan, 1)
+
+    fired: list[str] = []
+
+    def dml() -> None:
+        if point == "during_read":
+            time.sleep(1.0)  # the SELECT of chunk 0 is now stalled at id 250
+        _dml_everything(mariadb, table, rotate=True)
+        fired.append(point)
+
+    hooks = SnapshotTestHooks(**{point: dml})
+    if point == "during_read":
+        hooks.stall_reads_at = {table: ((250,), 3.0)}
+    result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, test_hooks=hooks)
+    assert fired == [point]
+    assert result.window_changes > 0
+    group0_at_hw = _chunk_rows_now(mariadb, plan, 0)
+
+    _assert_group_matches(sink, plan, table, 0, group0_at_hw)
+    _assert_group_matches(sink, plan, table, 1, group1_at_hw)
+    # chunk results recorded with the group's watermarks
+    recs = store.read_all_results("p1")
+    assert sorted((r.table, r.split_id) for r in recs) == [(table, i) for i in range(6)]
+    assert {BinlogOffset.from_dict(r.high_watermark) for r in recs if r.group_id == 0} == {result.high_watermark}
+    assert all(BinlogOffset.from_dict(r.low_watermark) < result.high_watermark for r in recs if r.group_id == 0)
+    for r in recs:
+        if r.group_id == 0:
+            assert r.rows == len(group0_at_hw[r.split_id])
+
+
+def test_window_spans_rotation_and_many_files(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    plan = _plan(cdc_settings, store, table)
+
+    def rotate_and_write() -> None:
+        for i in range(6):
+            mariadb.execute("FLUSH BINARY LOGS")
+            mariadb.execute(f"UPDATE {table} SET v = v + 1 WHERE id BETWEEN {i * 200 + 1} AND {i * 200 + 50}")
+        mariadb.execute("FLUSH BINARY LOGS")
+
+    result = run_snapshot_group(
+        spark, cdc_settings, store, "p1", 0, sink, test_hooks=SnapshotTestHooks(after_low_watermark=rotate_and_write)
+    )
+    assert result.high_watermark.file_number >= result.low_watermark.file_number + 7
+    assert result.window_changes == 6 * 50
+    _assert_group_matches(sink, plan, table, 0, _chunk_rows_now(mariadb, plan, 0))
+
+
+def test_skip_backfill_reports_low_watermark(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    hooks = SnapshotTestHooks(before_high_watermark=lambda: mariadb.execute(f"DELETE FROM {table} WHERE id = 10"))
+    res = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(skip_backfill=True), hooks)
+    assert res.high_watermark == res.low_watermark
+    assert res.window_changes == 0
+
+
+def test_rerun_of_a_committed_group_leaves_no_duplicates(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    plan = _plan(cdc_settings, store, table)
+    for g in (0, 1, 0, 1):
+        run_snapshot_group(spark, cdc_settings, store, "p1", g, sink)
+    mariadb.execute(f"UPDATE {table} SET v = 7 WHERE id = 5")
+    run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)  # a retry sees newer data: replaces it
+    assert _delta_rows(sink, table) == _source_rows(mariadb, table)
+    assert len(plan.splits) == 6
+
+
+def test_unreachable_server_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    from airflow_provider_mysqlcdc.testing.mariadb import free_port
+
+    bad = ConnectionSettings(**{**cdc_settings.__dict__, "port": free_port()})
+    with pytest.raises(SnapshotError, match="cannot connect"):
+        run_snapshot_group(spark, bad, store, "p1", 0, sink)
+    assert not sink.exists(table) or sink.open(table).to_pyarrow_table().num_rows == 0
+    assert store.read_group_results("p1", 0) is None
+
+
+def test_missing_table_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    mariadb.execute(f"DROP TABLE {table}")
+    with pytest.raises(SnapshotError, match="does not exist"):
+        run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
+    assert sink.open(table).to_pyarrow_table().num_rows == 0
+    assert store.read_group_results("p1", 0) is None
+
+
+def test_revoked_replication_privilege_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    user = f"norepl_{db[-6:]}"
+    mariadb.execute(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'",
+        f"GRANT SELECT, REPLICATION CLIENT ON *.* TO '{user}'@'%'",
+    )
+    try:
+        settings = ConnectionSettings(**{**cdc_settings.__dict__, "user": user, "password": "pw"})
+        hooks = SnapshotTestHooks(after_low_watermark=lambda: mariadb.execute(f"UPDATE {table} SET v = 0 WHERE id = 3"))
+        with pytest.raises(SnapshotError, match="REPLICATION SLAVE"):
+            run_snapshot_group(spark, settings, store, "p1", 0, sink, test_hooks=hooks)
+    finally:
+        mariadb.execute(f"DROP USER '{user}'@'%'")
+    assert sink.open(table).to_pyarrow_table().num_rows == 0
+    assert store.read_group_results("p1", 0) is None
