@@ -5,8 +5,9 @@
 
 The source connection arrives as JSON in the environment variable named by ``--source-env``
 (default ``MYSQLCDC_SOURCE``), never on the command line (it would show in ``ps``). The job writes
-its chunk results to the state store; the exit code is 0 on success, 1 on a clear failure (the
-message on stderr says what to fix), other codes for crashes.
+its chunk results to the state store and prints ``MYSQLCDC_RESULT <json summary>``; the exit code
+is 0 on success, 1 on a clear failure (an ``error: ...`` line says what to fix), other codes for
+crashes. (spark-submit merges the Python driver's stderr into its stdout.)
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         spark.stop()
-    print(json.dumps(result.summary()))
+    # spark-submit merges the Python driver's stderr into its stdout: mark the result line.
+    print("MYSQLCDC_RESULT " + json.dumps(result.summary()), flush=True)
     return 0
 
 

@@ -283,6 +283,11 @@ def _explain_jdbc_error(table: str, exc: Exception) -> str:
     text = str(exc)
     first = next((ln for ln in text.splitlines() if "Exception:" in ln), text[:300]).strip()
     first = first.split("Exception: ", 1)[-1][:300]
+    if "ClassNotFoundException" in text or text.strip().startswith("org.mariadb.jdbc.Driver") or first == "org.mariadb.jdbc.Driver":
+        return (
+            f"reading {table} failed: the JDBC driver ({first}) is not on Spark's classpath. Pass the Connector/J jar "
+            "to spark-submit with --jars (Debian: /usr/share/java/mariadb-java-client.jar), or set jdbc_jar"
+        )
     if "doesn't exist" in text or "1146" in text:
         return f"reading {table} failed: the table does not exist on the source any more. Re-plan the snapshot ({first.strip()})"
     if "Access denied" in text or "1142" in text or "1045" in text:
