@@ -172,8 +172,11 @@ def run_snapshot_group(
             hooks.after_low_watermark()
 
         read_t0 = time.monotonic()
-        for w in work:
-            _stage_table(spark, url, props, w, plan, hooks)
+        # Tables of a group are read as concurrent Spark jobs: a group of several small tables
+        # would otherwise leave cores idle between one-chunk jobs.
+        with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
+            for fut in [pool.submit(_stage_table, spark, url, props, w, plan, hooks) for w in work]:
+                fut.result()
         read_secs = time.monotonic() - read_t0
         staged_rows = sum(f.rows for w in work for f in w.files.values())
         log.info(
