@@ -103,6 +103,13 @@ class _TableSplitter:
         self.collations = collations
         self.qtable = schema.table.quoted
         self.qkeys = ", ".join(quote_ident(c.name) for c in key_cols)
+        # Boundary values are read back and compared again, so they must be exact. The server shows
+        # a FLOAT with 6 significant digits (many stored values share one text), which made the
+        # uneven loop never advance; CAST AS DOUBLE gives the stored value exactly.
+        self.qselect = ", ".join(
+            f"CAST({quote_ident(c.name)} AS DOUBLE)" if c.kind == keys.FLOAT else quote_ident(c.name)
+            for c in key_cols
+        )
 
     def _query(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
@@ -172,7 +179,7 @@ class _TableSplitter:
         while True:
             cond = range_condition(self.key_cols, cur, end, self.collations)
             rows = self._query(
-                f"SELECT {self.qkeys} FROM {self.qtable} WHERE {cond} ORDER BY {self.qkeys} LIMIT {n}, 1"
+                f"SELECT {self.qselect} FROM {self.qtable} WHERE {cond} ORDER BY {self.qkeys} LIMIT {n}, 1"
             )
             if not rows:
                 return out
@@ -182,7 +189,7 @@ class _TableSplitter:
                 # must hold all of them; move to the next distinct key.
                 cond = range_condition(self.key_cols, cur, end, self.collations)
                 more = self._query(
-                    f"SELECT {self.qkeys} FROM {self.qtable} WHERE {cond} AND NOT ({self._eq(cur)}) "
+                    f"SELECT {self.qselect} FROM {self.qtable} WHERE {cond} AND NOT ({self._eq(cur)}) "
                     f"ORDER BY {self.qkeys} LIMIT 1"
                 )
                 if not more:
