@@ -350,16 +350,17 @@ def _replay_window(
     group_ids = {t: {s.split_id for s in w.splits} for t, w in by_table.items()}
     n = 0
     alloc = ServerIdAllocator(settings.server_id_range)
-    reader = BinlogRangeReader(settings, low, high, tables=list(by_table), server_id=alloc.next())
+    reader = BinlogRangeReader(
+        settings, low, high, tables=list(by_table), server_id=alloc.next(),
+        convert=lambda t, values, none_sources: converters[t](values, none_sources),
+    )
     try:
         for ch in reader:
             w = by_table.get(ch.table)
             if w is None:
                 continue
             n += 1
-            conv = converters[ch.table]
-            before = conv(ch.before) if ch.before is not None else None
-            after = conv(ch.after) if ch.after is not None else None
+            before, after = ch.before, ch.after
             fin, tch = final[ch.table], touched[ch.table]
             if before is not None:
                 bk = w.pk_order.sort_key([before[c] for c in w.pk_cols])

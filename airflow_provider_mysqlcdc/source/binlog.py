@@ -60,7 +60,7 @@ from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, ensu
 
 log = logging.getLogger(__name__)
 
-RowConverter = Callable[[str, dict[str, Any]], dict[str, Any]]
+RowConverter = Callable[[str, dict[str, Any], Any], dict[str, Any]]
 
 # MariaDB GTID event flag: the group is one statement with no BEGIN/COMMIT around it (DDL, XA COMMIT).
 _FL_STANDALONE = 0x01
@@ -153,7 +153,8 @@ class BinlogRangeReader:
     read; the reader keeps the table map across that (see ``_events``).
 
     The iterable is single-use. Row images are python-mysql-replication's raw values unless
-    ``convert(table, values) -> values`` is given. Use as a context manager or call :meth:`close`
+    ``convert(table, values, none_sources) -> values`` is given (``none_sources`` tells an empty SET
+    from NULL; pass it to :func:`cdc.types.binlog_row_converter`'s converter). Use as a context manager or call :meth:`close`
     (from the consuming thread).
     """
 
@@ -380,19 +381,20 @@ class BinlogRangeReader:
                     for i, r in enumerate(rows):
                         b, a = r["before_values"], r["after_values"]
                         if convert is not None:
-                            b, a = convert(name, b), convert(name, a)
+                            b = convert(name, b, r.get("before_none_sources"))
+                            a = convert(name, a, r.get("after_none_sources"))
                         yield RowChange("u", name, b, a, tx_offset, evpos, i, ts)
                 elif cls is WriteRowsEvent:
                     for i, r in enumerate(rows):
                         a = r["values"]
                         if convert is not None:
-                            a = convert(name, a)
+                            a = convert(name, a, r.get("none_sources"))
                         yield RowChange("c", name, None, a, tx_offset, evpos, i, ts)
                 else:
                     for i, r in enumerate(rows):
                         b = r["values"]
                         if convert is not None:
-                            b = convert(name, b)
+                            b = convert(name, b, r.get("none_sources"))
                         yield RowChange("d", name, b, None, tx_offset, evpos, i, ts)
                 self.events_yielded += len(rows)
                 continue

@@ -148,7 +148,7 @@ def test_convert_is_applied_to_both_images(mariadb, db, cdc_settings, cdc_conn) 
     end = current_offset(cdc_conn)
     seen: list[str] = []
 
-    def convert(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    def convert(table: str, row: dict[str, Any], none_sources: Any = None) -> dict[str, Any]:
         seen.append(table)
         return {k: f"{k}={v}" for k, v in row.items()}
 
@@ -569,3 +569,18 @@ def test_partial_row_images_name_the_setting(private_server: MariaDBServer) -> N
         end = current_offset(conn)
     with pytest.raises(BinlogReadError, match=r"binlog_row_image=FULL"):
         read(settings, start, end, ["r.t"])
+
+
+def test_convert_tells_empty_set_from_null(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
+    """A nullable SET holding the empty set must arrive as '' (not NULL) through the reader."""
+    from airflow_provider_mysqlcdc.cdc.types import binlog_row_converter
+    from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
+
+    mariadb.execute(f"CREATE TABLE `{db}`.s (id INT PRIMARY KEY, tags SET('a','b') NULL)")
+    conv = binlog_row_converter(read_table_schema(cdc_conn, TableId(db, "s")))
+    start = current_offset(cdc_conn)
+    mariadb.execute(f"INSERT INTO `{db}`.s VALUES (1, ''), (2, NULL), (3, 'b,a')", f"UPDATE `{db}`.s SET tags = '' WHERE id = 3")
+    end = current_offset(cdc_conn)
+    changes, _ = read(cdc_settings, start, end, [f"{db}.s"], convert=lambda t, v, ns: conv(v, ns))
+    assert [c.after["tags"] for c in changes] == ["", None, "a,b", ""]
+    assert changes[3].before["tags"] == "a,b"
