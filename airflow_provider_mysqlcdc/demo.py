@@ -47,10 +47,12 @@ def load_schema(server: object, scale: float) -> dict[str, int]:
               ELT(1 + seq % 3, 'free', 'pro', 'enterprise'), TIMESTAMP('2025-01-01') + INTERVAL seq MINUTE
             FROM seq_1_to_{n_cust}""",
         f"""INSERT INTO products SELECT CONCAT(IF(seq % 2, 'sku-', 'SKU-'), LPAD(seq, 6, '0')),
-              CONCAT('Product ', seq), (seq % 10000) / 100 + 1, JSON_OBJECT('color', ELT(1 + seq % 3, 'red', 'green', 'blue'))
+              CONCAT('Product ', seq), (seq % 10000) / 100 + 1,
+              JSON_OBJECT('color', ELT(1 + seq % 3, 'red', 'green', 'blue'))
             FROM seq_1_to_{n_prod}""",
         f"""INSERT INTO orders SELECT seq, 1 + seq % {n_cust}, (seq % 100000) / 100, ELT(1 + seq % 4, 'new', 'paid',
-              'shipped', 'cancelled'), TIMESTAMP('2025-06-01') + INTERVAL seq SECOND + INTERVAL seq % 999999 MICROSECOND,
+              'shipped', 'cancelled'),
+              TIMESTAMP('2025-06-01') + INTERVAL seq SECOND + INTERVAL seq % 999999 MICROSECOND,
               IF(seq % 5 = 0, NULL, CONCAT('order note ', seq))
             FROM seq_1_to_{n_ord}""",
         f"""INSERT INTO order_items SELECT 1 + seq DIV 3 * 1, 1 + seq % 3,
@@ -83,9 +85,7 @@ class DemoWriter(threading.Thread):
             if r < 0.5:
                 cur.execute("UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = %s", (oid,))
             elif r < 0.65:
-                cur.execute(
-                    "INSERT INTO orders VALUES (%s, 1, 9.99, 'new', NOW(6), 'demo writer')", (next_order,)
-                )
+                cur.execute("INSERT INTO orders VALUES (%s, 1, 9.99, 'new', NOW(6), 'demo writer')", (next_order,))
                 next_order += 1
             elif r < 0.75:
                 cur.execute("DELETE FROM orders WHERE id = %s", (oid,))
@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = sum(r.rows for r in results)
         print(
             f"snapshot: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s into Delta, while a writer ran "
-            f"{writer.transactions} transactions ({sum(r.window_changes for r in results)} replayed from binlog windows)",
+            f"{writer.transactions} transactions "
+            f"({sum(r.window_changes for r in results)} replayed from binlog windows)",
             flush=True,
         )
         print(
@@ -178,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
             for t in TABLES:
                 cmp = compare(conn, plan.tables[t], sink.open(t).to_pyarrow_table())
                 ok &= cmp.match
-                print(f"{t:<20} {cmp.source_rows:>12} {cmp.sink_rows:>12}  {'yes' if cmp.match else 'NO'}"
-                      + ("" if cmp.match else f"  ({cmp.first_difference})"))
+                print(
+                    f"{t:<20} {cmp.source_rows:>12} {cmp.sink_rows:>12}  {'yes' if cmp.match else 'NO'}"
+                    + ("" if cmp.match else f"  ({cmp.first_difference})")
+                )
         print(
             f"\nDelta tables are in {work / 'lake'}; query one with:\n"
-            f"  .venv/bin/python -c \"from deltalake import DeltaTable; "
+            f'  .venv/bin/python -c "from deltalake import DeltaTable; '
             f"print(DeltaTable('{work / 'lake' / 'shop' / 'orders'}').to_pandas().head())\"\n"
             "Everything the demo started has been stopped.",
             flush=True,

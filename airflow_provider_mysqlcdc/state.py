@@ -58,8 +58,13 @@ class ChunkResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ChunkResult:
         return cls(
-            d["table"], int(d["split_id"]), int(d["group_id"]), d["low_watermark"], d["high_watermark"],
-            int(d["rows"]), float(d["seconds"]),
+            d["table"],
+            int(d["split_id"]),
+            int(d["group_id"]),
+            d["low_watermark"],
+            d["high_watermark"],
+            int(d["rows"]),
+            float(d["seconds"]),
         )
 
 
@@ -132,7 +137,9 @@ class StateStore:
             )
         return plan
 
-    def write_group_results(self, plan_id: str, group_id: int, results: list[ChunkResult], extra: dict[str, Any]) -> None:
+    def write_group_results(
+        self, plan_id: str, group_id: int, results: list[ChunkResult], extra: dict[str, Any]
+    ) -> None:
         self.write_json(
             f"plans/{plan_id}/results/group-{group_id:05d}.json",
             {"group_id": group_id, "chunks": [r.to_dict() for r in results], **extra},

@@ -41,10 +41,14 @@ def main(argv: list[str] | None = None) -> int:
 
     raw = os.environ.get(args.source_env)
     if not raw:
-        print(f"error: environment variable {args.source_env} with the source connection JSON is not set", file=sys.stderr)
+        print(
+            f"error: environment variable {args.source_env} with the source connection JSON is not set", file=sys.stderr
+        )
         return 1
     settings = ConnectionSettings.from_dict(json.loads(raw))
-    spark = build_spark_session(f"mysqlcdc-snapshot-{args.pipeline_id}-g{args.group_id}", master=None, jdbc_jar=args.jdbc_jar)
+    spark = build_spark_session(
+        f"mysqlcdc-snapshot-{args.pipeline_id}-g{args.group_id}", master=None, jdbc_jar=args.jdbc_jar
+    )
     try:
         result = run_snapshot_group(
             spark,

@@ -9,6 +9,7 @@ values (one per chunk-key column), ``None`` for unbounded.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +59,9 @@ class SnapshotSplit:
             "key_columns": self.key_names,
             "key_types": kinds,
             "key_collations": [c.collation for c in self.key_columns],
-            "start": None if self.start is None else [encode_key_value(k, v) for k, v in zip(kinds, self.start, strict=True)],
+            "start": None
+            if self.start is None
+            else [encode_key_value(k, v) for k, v in zip(kinds, self.start, strict=True)],
             "end": None if self.end is None else [encode_key_value(k, v) for k, v in zip(kinds, self.end, strict=True)],
         }
 
@@ -83,7 +86,7 @@ def check_table_splits(splits: Sequence[SnapshotSplit], order: KeyOrder) -> None
         raise ValueError("a table needs at least one split")
     if splits[0].start is not None or splits[-1].end is not None:
         raise ValueError(f"{splits[0].table}: first split must start at -inf and last end at +inf")
-    for a, b in zip(splits, splits[1:], strict=False):
+    for a, b in itertools.pairwise(splits):
         if a.end is None or b.start is None or order.sort_key(a.end) != order.sort_key(b.start):
             raise ValueError(f"{a.table}: splits {a.split_id} and {b.split_id} are not adjacent")
         if b.end is not None and not order.sort_key(b.start) < order.sort_key(b.end):

@@ -181,7 +181,10 @@ def run_snapshot_group(
         staged_rows = sum(f.rows for w in work for f in w.files.values())
         log.info(
             "group %s: staged %d rows in %.1fs (%.0f rows/s)",
-            group_key, staged_rows, read_secs, staged_rows / max(read_secs, 1e-9),
+            group_key,
+            staged_rows,
+            read_secs,
+            staged_rows / max(read_secs, 1e-9),
         )
 
         if hooks.before_high_watermark:
@@ -201,7 +204,10 @@ def run_snapshot_group(
     for w in work:
         files = [f for f in w.files.values() if f.rows > 0]
         sink.commit_snapshot_group(
-            w.table, group_key, files, w.arrow_schema,
+            w.table,
+            group_key,
+            files,
+            w.arrow_schema,
             {"plan_id": plan_id, "group_id": group_id, "low_watermark": str(low), "high_watermark": str(high)},
             primary_key=w.pk_cols,
         )
@@ -217,12 +223,21 @@ def run_snapshot_group(
     store.write_group_results(plan_id, group_id, chunk_results, {"summary": result.summary(), "attempt": attempt})
     log.info(
         "snapshot group %s done: %d chunks, %d rows, %.1fs (%.0f rows/s), LW %s, HW %s, %d window changes",
-        group_key, len(chunk_results), rows_total, secs, rows_total / max(secs, 1e-9), low, high, window_changes,
+        group_key,
+        len(chunk_results),
+        rows_total,
+        secs,
+        rows_total / max(secs, 1e-9),
+        low,
+        high,
+        window_changes,
     )
     return result
 
 
-def _prepare(plan: SnapshotPlan, splits: list[SnapshotSplit], sink: DeltaSink, group_key: str, attempt: str) -> list[_TableWork]:
+def _prepare(
+    plan: SnapshotPlan, splits: list[SnapshotSplit], sink: DeltaSink, group_key: str, attempt: str
+) -> list[_TableWork]:
     out = []
     for table in dict.fromkeys(s.table for s in splits):
         schema = plan.tables[table]
@@ -245,7 +260,9 @@ def _prepare(plan: SnapshotPlan, splits: list[SnapshotSplit], sink: DeltaSink, g
     return out
 
 
-def _stage_table(spark: Any, url: str, props: dict[str, str], w: _TableWork, plan: SnapshotPlan, hooks: SnapshotTestHooks) -> None:
+def _stage_table(
+    spark: Any, url: str, props: dict[str, str], w: _TableWork, plan: SnapshotPlan, hooks: SnapshotTestHooks
+) -> None:
     """Read the table's chunks of this group with Spark JDBC (one partition per chunk) into Parquet."""
     qtable = w.schema.table.quoted
     subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {qtable}) AS src"
@@ -254,7 +271,9 @@ def _stage_table(spark: Any, url: str, props: dict[str, str], w: _TableWork, pla
     if stall is not None:
         key, seconds = stall
         cols = w.splits[0].key_columns
-        eq = " AND ".join(f"{quote_ident(c.name)} = {sql_literal(c, v, plan.collations)}" for c, v in zip(cols, key, strict=True))
+        eq = " AND ".join(
+            f"{quote_ident(c.name)} = {sql_literal(c, v, plan.collations)}" for c, v in zip(cols, key, strict=True)
+        )
         predicates = [f"{p} AND IF({eq}, SLEEP({float(seconds)}), 0) = 0" for p in predicates]
     reader_props = dict(props)
     ddl = cdc_types.spark_schema_ddl(w.schema)
@@ -286,22 +305,36 @@ def _explain_jdbc_error(table: str, exc: Exception) -> str:
     text = str(exc)
     first = next((ln for ln in text.splitlines() if "Exception:" in ln), text[:300]).strip()
     first = first.split("Exception: ", 1)[-1][:300]
-    if "ClassNotFoundException" in text or text.strip().startswith("org.mariadb.jdbc.Driver") or first == "org.mariadb.jdbc.Driver":
+    if (
+        "ClassNotFoundException" in text
+        or text.strip().startswith("org.mariadb.jdbc.Driver")
+        or first == "org.mariadb.jdbc.Driver"
+    ):
         return (
             f"reading {table} failed: the JDBC driver ({first}) is not on Spark's classpath. Pass the Connector/J jar "
             "to spark-submit with --jars (Debian: /usr/share/java/mariadb-java-client.jar), or set jdbc_jar"
         )
     if "doesn't exist" in text or "1146" in text:
-        return f"reading {table} failed: the table does not exist on the source any more. Re-plan the snapshot ({first.strip()})"
+        return (
+            f"reading {table} failed: the table does not exist on the source any more. "
+            f"Re-plan the snapshot ({first.strip()})"
+        )
     if "Access denied" in text or "1142" in text or "1045" in text:
         return f"reading {table} failed: access denied. GRANT SELECT on the table to the CDC user ({first.strip()})"
-    if "Could not connect" in text or "Connection refused" in text or ("connect" in text.lower() and "timed out" in text.lower()):
-        return f"reading {table} failed: cannot connect to the source server; check host/port and that it is up ({first.strip()})"
+    if (
+        "Could not connect" in text
+        or "Connection refused" in text
+        or ("connect" in text.lower() and "timed out" in text.lower())
+    ):
+        return (
+            f"reading {table} failed: cannot connect to the source server; "
+            f"check host/port and that it is up ({first.strip()})"
+        )
     return f"reading {table} with Spark JDBC failed: {first.strip()}"
 
 
 def _local(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
+    return path[len("file://") :] if path.startswith("file://") else path
 
 
 def _collect_staged(staging: str, splits: list[SnapshotSplit]) -> dict[int, StagedFile]:
@@ -351,7 +384,11 @@ def _replay_window(
     n = 0
     alloc = ServerIdAllocator(settings.server_id_range)
     reader = BinlogRangeReader(
-        settings, low, high, tables=list(by_table), server_id=alloc.next(),
+        settings,
+        low,
+        high,
+        tables=list(by_table),
+        server_id=alloc.next(),
         convert=lambda t, values, none_sources: converters[t](values, none_sources),
     )
     try:
@@ -447,4 +484,3 @@ def _key_array(final: dict[Any, Any], w: _TableWork, i: int) -> pa.Array:
     if pa.types.is_decimal(typ):
         vals = [Decimal(v) for v in vals]
     return pa.array(vals, type=typ)
-

@@ -154,7 +154,8 @@ class BinlogRangeReader:
 
     The iterable is single-use. Row images are python-mysql-replication's raw values unless
     ``convert(table, values, none_sources) -> values`` is given (``none_sources`` tells an empty SET
-    from NULL; pass it to :func:`cdc.types.binlog_row_converter`'s converter). Use as a context manager or call :meth:`close`
+    from NULL; pass it to :func:`cdc.types.binlog_row_converter`'s converter).
+    Use as a context manager or call :meth:`close`
     (from the consuming thread).
     """
 

@@ -579,7 +579,9 @@ def test_convert_tells_empty_set_from_null(mariadb, db, cdc_settings, cdc_conn) 
     mariadb.execute(f"CREATE TABLE `{db}`.s (id INT PRIMARY KEY, tags SET('a','b') NULL)")
     conv = binlog_row_converter(read_table_schema(cdc_conn, TableId(db, "s")))
     start = current_offset(cdc_conn)
-    mariadb.execute(f"INSERT INTO `{db}`.s VALUES (1, ''), (2, NULL), (3, 'b,a')", f"UPDATE `{db}`.s SET tags = '' WHERE id = 3")
+    mariadb.execute(
+        f"INSERT INTO `{db}`.s VALUES (1, ''), (2, NULL), (3, 'b,a')", f"UPDATE `{db}`.s SET tags = '' WHERE id = 3"
+    )
     end = current_offset(cdc_conn)
     changes, _ = read(cdc_settings, start, end, [f"{db}.s"], convert=lambda t, v, ns: conv(v, ns))
     assert [c.after["tags"] for c in changes] == ["", None, "a,b", ""]
