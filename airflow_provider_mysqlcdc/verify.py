@@ -37,7 +37,16 @@ def source_table(conn: Any, schema: TableSchema) -> pa.Table:
     with conn.cursor() as cur:
         cur.execute(f"SELECT {cdc_types.select_list(schema)} FROM {schema.table.quoted}")
         names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        target = cdc_types.arrow_schema(schema)
+        # pymysql returns BIT(1) as bytes; the projection already made every other type canonical.
+        bools = [n for n in names if pa.types.is_boolean(target.field(n).type)]
+        rows = []
+        for r in cur.fetchall():
+            row = dict(zip(names, r, strict=True))
+            for n in bools:
+                if isinstance(row[n], bytes | bytearray):
+                    row[n] = int.from_bytes(row[n], "big") != 0
+            rows.append(row)
     return cdc_types.rows_to_arrow(rows, schema)
 
 

@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -63,7 +62,6 @@ class SnapshotError(RuntimeError):
 class SnapshotOptions:
     skip_backfill: bool = False  # HW = LW, no window replay: faster, at-least-once (like Flink CDC)
     fetch_size: int = 10_000
-    rewrite_threads: int = 2
 
 
 @dataclass
@@ -114,7 +112,12 @@ class _TableWork:
     pk_cols: list[str]
     chunk_cols: list[str]
     staging: str = ""
-    files: dict[int, StagedFile] = field(default_factory=dict)  # split_id -> staged file
+    frame: Any = None  # the group's rows of this table, materialised (local checkpoint), one partition per chunk
+    read_rows: int = 0
+    touched: pa.Table | None = None  # exact PK values of every binlog image in the window
+    adds: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # split_id -> last after-images
+    files: list[StagedFile] = field(default_factory=list)
+    chunk_rows: dict[int, int] = field(default_factory=dict)
 
 
 def _progress_logger(spark: Any, label: str, total: int, stop: threading.Event) -> None:
@@ -175,16 +178,16 @@ def run_snapshot_group(
         # Tables of a group are read as concurrent Spark jobs: a group of several small tables
         # would otherwise leave cores idle between one-chunk jobs.
         with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
-            for fut in [pool.submit(_stage_table, spark, url, props, w, plan, hooks) for w in work]:
+            for fut in [pool.submit(_read_table, spark, url, props, w, plan, hooks) for w in work]:
                 fut.result()
         read_secs = time.monotonic() - read_t0
-        staged_rows = sum(f.rows for w in work for f in w.files.values())
+        read_rows = sum(w.read_rows for w in work)
         log.info(
-            "group %s: staged %d rows in %.1fs (%.0f rows/s)",
+            "group %s: read and materialised %d rows in %.1fs (%.0f rows/s)",
             group_key,
-            staged_rows,
+            read_rows,
             read_secs,
-            staged_rows / max(read_secs, 1e-9),
+            read_rows / max(read_secs, 1e-9),
         )
 
         if hooks.before_high_watermark:
@@ -195,25 +198,31 @@ def run_snapshot_group(
         conn.close()
 
     window_changes = 0
-    if high > low:
-        window_changes = _replay_window(settings, low, high, work, plan, opts)
+    try:
+        if high > low:
+            window_changes = _replay_window(settings, low, high, work, plan)
+        with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
+            for fut in [pool.submit(_write_table, spark, w) for w in work]:
+                fut.result()
+    finally:
+        for w in work:
+            if w.frame is not None:
+                w.frame.unpersist()
 
     rows_total = 0
     chunk_results: list[ChunkResult] = []
     secs = time.monotonic() - t0
     for w in work:
-        files = [f for f in w.files.values() if f.rows > 0]
         sink.commit_snapshot_group(
             w.table,
             group_key,
-            files,
+            [f for f in w.files if f.rows > 0],
             w.arrow_schema,
             {"plan_id": plan_id, "group_id": group_id, "low_watermark": str(low), "high_watermark": str(high)},
             primary_key=w.pk_cols,
         )
         for s in w.splits:
-            f = w.files.get(s.split_id)
-            rows = f.rows if f else 0
+            rows = w.chunk_rows.get(s.split_id, 0)
             rows_total += rows
             chunk_results.append(
                 ChunkResult(w.table, s.split_id, group_id, low.to_dict(), high.to_dict(), rows, round(secs, 3))
@@ -260,10 +269,17 @@ def _prepare(
     return out
 
 
-def _stage_table(
+def _read_table(
     spark: Any, url: str, props: dict[str, str], w: _TableWork, plan: SnapshotPlan, hooks: SnapshotTestHooks
 ) -> None:
-    """Read the table's chunks of this group with Spark JDBC (one partition per chunk) into Parquet."""
+    """Read the table's chunks of this group with Spark JDBC (one partition per chunk) and materialise them.
+
+    ``localCheckpoint`` keeps the rows in Spark's block manager (memory, spilling to disk) and cuts
+    the lineage: if a block were lost, the job fails instead of silently re-reading MySQL after the
+    high watermark. It replaces a Parquet staging pass: the only Parquet write is the final one.
+    """
+    from pyspark import StorageLevel
+
     qtable = w.schema.table.quoted
     subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {qtable}) AS src"
     predicates = [split_condition(s, plan.collations) for s in w.splits]
@@ -279,26 +295,61 @@ def _stage_table(
     ddl = cdc_types.spark_schema_ddl(w.schema)
     if ddl:
         reader_props["customSchema"] = ddl
-    try:
-        df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
-    except Exception as exc:  # schema resolution already talks to the server
-        raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
     stop = threading.Event()
     progress = threading.Thread(target=_progress_logger, args=(spark, w.table, len(predicates), stop), daemon=True)
-    progress.start()
     during = None
-    if hooks.during_read:
-        during = threading.Thread(target=hooks.during_read, daemon=True)
-        during.start()
     try:
-        df.write.mode("overwrite").parquet(w.staging)
+        df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
+        progress.start()
+        if hooks.during_read:
+            during = threading.Thread(target=hooks.during_read, daemon=True)
+            during.start()
+        w.frame = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
+        w.read_rows = w.frame.count()
     except Exception as exc:
         raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
     finally:
         stop.set()
         if during is not None:
             during.join()
-    w.files = _collect_staged(w.staging, w.splits)
+
+
+def _write_table(spark: Any, w: _TableWork) -> None:
+    """The group's rows as of HW, written once as Parquet inside the Delta table's directory.
+
+    Staged rows whose exact key appears in any binlog image of the window are dropped (the SELECT
+    saw one of those versions, whatever the collation says about case or trailing spaces), then
+    the window's last after-images of keys in this group's chunks are added.
+    """
+    from pyspark.sql.functions import broadcast
+
+    frame = w.frame
+    n = len(w.splits)
+    if w.touched is not None and w.touched.num_rows:
+        keys = spark.createDataFrame(w.touched, schema=frame.select(*w.pk_cols).schema)
+        frame = frame.join(broadcast(keys), on=w.pk_cols, how="left_anti")
+    adds = [r for sid in sorted(w.adds) for r in w.adds[sid]]
+    if adds:
+        add_table = cdc_types.rows_to_arrow(adds, w.schema).select(frame.columns)
+        frame = frame.unionByName(spark.createDataFrame(add_table, schema=frame.schema).coalesce(1))
+    try:
+        frame.write.mode("overwrite").parquet(w.staging)
+    except Exception as exc:
+        raise SnapshotError(f"writing the snapshot of {w.table} to {w.staging} failed: {exc}") from exc
+    base = _local(w.staging)
+    for name in sorted(os.listdir(base)):
+        m = _PART.match(name)
+        if not m or not name.endswith(".parquet"):
+            continue
+        idx = int(m.group(1))
+        path = f"{base}/{name}"
+        rows = pq.ParquetFile(path).metadata.num_rows
+        ids = [w.splits[idx].split_id] if idx < n else sorted(w.adds)
+        w.files.append(StagedFile(path, rows, os.path.getsize(path), ids))
+        if idx < n:
+            w.chunk_rows[w.splits[idx].split_id] = w.chunk_rows.get(w.splits[idx].split_id, 0) + rows
+    for sid, rows in w.adds.items():
+        w.chunk_rows[sid] = w.chunk_rows.get(sid, 0) + len(rows)
 
 
 def _explain_jdbc_error(table: str, exc: Exception) -> str:
@@ -337,31 +388,6 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
-def _collect_staged(staging: str, splits: list[SnapshotSplit]) -> dict[int, StagedFile]:
-    """Map Spark's part files back to chunks: partition i read predicate i, i.e. ``splits[i]``."""
-    out: dict[int, StagedFile] = {}
-    base = _local(staging)
-    for name in sorted(os.listdir(base)):
-        m = _PART.match(name)
-        if not m or not name.endswith(".parquet"):
-            continue
-        idx = int(m.group(1))
-        if idx >= len(splits):
-            raise SnapshotError(f"unexpected staged file {name}: more partitions than chunks")
-        path = f"{base}/{name}"
-        rows = pq.ParquetFile(path).metadata.num_rows
-        sid = splits[idx].split_id
-        if sid in out:  # Spark split one partition into several files (maxRecordsPerFile)
-            prev = out[sid]
-            merged = f"{base}/merged-{sid}-{uuid.uuid4().hex[:8]}.parquet"
-            pq.write_table(pa.concat_tables([pq.read_table(prev.path), pq.read_table(path)]), merged)
-            os.remove(prev.path)
-            os.remove(path)
-            path, rows = merged, prev.rows + rows
-        out[sid] = StagedFile(path, rows, os.path.getsize(path), [sid])
-    return out
-
-
 # --------------------------------------------------------------------------- binlog window
 _DELETE = object()
 
@@ -372,15 +398,17 @@ def _replay_window(
     high: BinlogOffset,
     work: list[_TableWork],
     plan: SnapshotPlan,
-    opts: SnapshotOptions,
 ) -> int:
-    """Read ``[low, high)`` once for the group's tables and apply it to the staged chunk files."""
+    """Read ``[low, high)`` once for the group's tables; decide what each table's write must change.
+
+    Per table: the exact PK values of every image (rows to drop from what was read), and the last
+    after-image of every key, folded in the database's key order (a case-only key change is one
+    row under a case-insensitive collation), kept only if its chunk belongs to this group.
+    """
     by_table = {w.table: w for w in work}
     converters = {w.table: cdc_types.binlog_row_converter(w.schema) for w in work}
-    # Per table: pk sort key -> (final row or _DELETE); and the chunks any image of a key touched.
     final: dict[str, dict[Any, Any]] = {t: {} for t in by_table}
-    touched: dict[str, set[int]] = {t: set() for t in by_table}
-    group_ids = {t: {s.split_id for s in w.splits} for t, w in by_table.items()}
+    exact: dict[str, set[tuple[Any, ...]]] = {t: set() for t in by_table}
     n = 0
     alloc = ServerIdAllocator(settings.server_id_range)
     reader = BinlogRangeReader(
@@ -397,38 +425,34 @@ def _replay_window(
             if w is None:
                 continue
             n += 1
-            before, after = ch.before, ch.after
-            fin, tch = final[ch.table], touched[ch.table]
-            if before is not None:
-                bk = w.pk_order.sort_key([before[c] for c in w.pk_cols])
-                fin[bk] = _DELETE
-                tch.add(w.locator.locate([before[c] for c in w.chunk_cols]).split_id)
-            if after is not None:
-                ak = w.pk_order.sort_key([after[c] for c in w.pk_cols])
-                fin[ak] = after
-                tch.add(w.locator.locate([after[c] for c in w.chunk_cols]).split_id)
+            fin, ex = final[ch.table], exact[ch.table]
+            if ch.before is not None:
+                key = tuple(ch.before[c] for c in w.pk_cols)
+                ex.add(key)
+                fin[w.pk_order.sort_key(key)] = _DELETE
+            if ch.after is not None:
+                key = tuple(ch.after[c] for c in w.pk_cols)
+                ex.add(key)
+                fin[w.pk_order.sort_key(key)] = ch.after
     except Exception as exc:
         raise SnapshotError(_explain_binlog_error(exc)) from exc
     finally:
         reader.close()
     log.info("binlog window %s..%s: %d changes to the group's tables", low, high, n)
 
-    jobs = []
     for t, w in by_table.items():
-        if not final[t]:
+        if not exact[t]:
             continue
-        # Upserts per chunk of this group; keys that land in other groups' chunks are theirs.
-        adds: dict[int, list[dict[str, Any]]] = {}
+        in_group = {s.split_id for s in w.splits}
+        fields = [w.arrow_schema.field(c) for c in w.pk_cols]
+        keys = sorted(exact[t], key=repr)
+        w.touched = pa.table({f.name: pa.array([k[i] for k in keys], type=f.type) for i, f in enumerate(fields)})
         for row in final[t].values():
             if row is _DELETE:
                 continue
             sid = w.locator.locate([row[c] for c in w.chunk_cols]).split_id
-            if sid in group_ids[t]:
-                adds.setdefault(sid, []).append(row)
-        for sid in sorted(touched[t] & group_ids[t]):
-            jobs.append((w, sid, adds.get(sid, []), final[t]))
-    with ThreadPoolExecutor(max_workers=max(1, opts.rewrite_threads)) as pool:
-        list(pool.map(lambda j: _rewrite_chunk(*j), jobs))
+            if sid in in_group:
+                w.adds.setdefault(sid, []).append(row)
     return n
 
 
@@ -440,47 +464,3 @@ def _explain_binlog_error(exc: Exception) -> str:
             f"TO <cdc user> ({text[:200]})"
         )
     return f"reading the binlog window failed: {text[:500]}"
-
-
-def _pk_sort_keys(table: pa.Table, w: _TableWork) -> list[Any]:
-    cols = [table.column(c).to_pylist() for c in w.pk_cols]
-    return [w.pk_order.sort_key(vals) for vals in zip(*cols, strict=True)]
-
-
-def _rewrite_chunk(w: _TableWork, split_id: int, adds: list[dict[str, Any]], final: dict[Any, Any]) -> None:
-    """Replace a staged chunk file by its state as of HW: drop touched keys, add their last images."""
-    old = w.files.get(split_id)
-    parts: list[pa.Table] = []
-    if old is not None:
-        staged = pq.read_table(old.path).cast(w.arrow_schema)
-        if _binary_identity(w):
-            # Keys compare by value (ints, decimals, bytes, *_bin strings): vectorised anti-join.
-            touched_keys = pa.table({c: _key_array(final, w, i) for i, c in enumerate(w.pk_cols)})
-            kept = staged.join(touched_keys, keys=w.pk_cols, join_type="left anti") if touched_keys.num_rows else staged
-        else:
-            mask = [k not in final for k in _pk_sort_keys(staged, w)]
-            kept = staged.filter(pa.array(mask, type=pa.bool_()))
-        parts.append(kept.select(w.arrow_schema.names))
-    if adds:
-        parts.append(cdc_types.rows_to_arrow(adds, w.schema).select(w.arrow_schema.names))
-    new_table = pa.concat_tables([p.cast(w.arrow_schema) for p in parts]) if parts else w.arrow_schema.empty_table()
-    path = f"{_local(w.staging)}/chunk-{split_id:06d}-{uuid.uuid4().hex[:8]}.parquet"
-    pq.write_table(new_table, path)
-    if old is not None:
-        os.remove(old.path)
-    w.files[split_id] = StagedFile(path, new_table.num_rows, os.path.getsize(path), [split_id])
-
-
-def _binary_identity(w: _TableWork) -> bool:
-    return all(c.kind != "string" for c in w.pk_order.columns) and all(
-        c.kind not in ("datetime",) for c in w.pk_order.columns
-    )
-
-
-def _key_array(final: dict[Any, Any], w: _TableWork, i: int) -> pa.Array:
-    """The i-th PK column of every touched key (sort keys of non-string keys are the values)."""
-    typ = w.arrow_schema.field(w.pk_cols[i]).type
-    vals = [k[i] for k in final]
-    if pa.types.is_decimal(typ):
-        vals = [Decimal(v) for v in vals]
-    return pa.array(vals, type=typ)
