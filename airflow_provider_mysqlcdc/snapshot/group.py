@@ -62,6 +62,7 @@ class SnapshotError(RuntimeError):
 class SnapshotOptions:
     skip_backfill: bool = False  # HW = LW, no window replay: faster, at-least-once (like Flink CDC)
     fetch_size: int = 10_000
+    rewrite_threads: int = 2
 
 
 @dataclass
@@ -112,12 +113,7 @@ class _TableWork:
     pk_cols: list[str]
     chunk_cols: list[str]
     staging: str = ""
-    frame: Any = None  # the group's rows of this table, materialised (local checkpoint), one partition per chunk
-    read_rows: int = 0
-    touched: pa.Table | None = None  # exact PK values of every binlog image in the window
-    adds: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # split_id -> last after-images
-    files: list[StagedFile] = field(default_factory=list)
-    chunk_rows: dict[int, int] = field(default_factory=dict)
+    files: dict[int, StagedFile] = field(default_factory=dict)  # split_id -> staged file
 
 
 def _progress_logger(spark: Any, label: str, total: int, stop: threading.Event) -> None:
@@ -178,16 +174,16 @@ def run_snapshot_group(
         # Tables of a group are read as concurrent Spark jobs: a group of several small tables
         # would otherwise leave cores idle between one-chunk jobs.
         with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
-            for fut in [pool.submit(_read_table, spark, url, props, w, plan, hooks) for w in work]:
+            for fut in [pool.submit(_stage_table, spark, url, props, w, plan, hooks) for w in work]:
                 fut.result()
         read_secs = time.monotonic() - read_t0
-        read_rows = sum(w.read_rows for w in work)
+        staged_rows = sum(f.rows for w in work for f in w.files.values())
         log.info(
-            "group %s: read and materialised %d rows in %.1fs (%.0f rows/s)",
+            "group %s: staged %d rows in %.1fs (%.0f rows/s)",
             group_key,
-            read_rows,
+            staged_rows,
             read_secs,
-            read_rows / max(read_secs, 1e-9),
+            staged_rows / max(read_secs, 1e-9),
         )
 
         if hooks.before_high_watermark:
@@ -198,31 +194,25 @@ def run_snapshot_group(
         conn.close()
 
     window_changes = 0
-    try:
-        if high > low:
-            window_changes = _replay_window(settings, low, high, work, plan)
-        with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
-            for fut in [pool.submit(_write_table, spark, w) for w in work]:
-                fut.result()
-    finally:
-        for w in work:
-            if w.frame is not None:
-                w.frame.unpersist()
+    if high > low:
+        window_changes = _replay_window(settings, low, high, work, plan, opts)
 
     rows_total = 0
     chunk_results: list[ChunkResult] = []
     secs = time.monotonic() - t0
     for w in work:
+        files = [f for f in w.files.values() if f.rows > 0]
         sink.commit_snapshot_group(
             w.table,
             group_key,
-            [f for f in w.files if f.rows > 0],
+            files,
             w.arrow_schema,
             {"plan_id": plan_id, "group_id": group_id, "low_watermark": str(low), "high_watermark": str(high)},
             primary_key=w.pk_cols,
         )
         for s in w.splits:
-            rows = w.chunk_rows.get(s.split_id, 0)
+            f = w.files.get(s.split_id)
+            rows = f.rows if f else 0
             rows_total += rows
             chunk_results.append(
                 ChunkResult(w.table, s.split_id, group_id, low.to_dict(), high.to_dict(), rows, round(secs, 3))
@@ -269,17 +259,10 @@ def _prepare(
     return out
 
 
-def _read_table(
+def _stage_table(
     spark: Any, url: str, props: dict[str, str], w: _TableWork, plan: SnapshotPlan, hooks: SnapshotTestHooks
 ) -> None:
-    """Read the table's chunks of this group with Spark JDBC (one partition per chunk) and materialise them.
-
-    ``localCheckpoint`` keeps the rows in Spark's block manager (memory, spilling to disk) and cuts
-    the lineage: if a block were lost, the job fails instead of silently re-reading MySQL after the
-    high watermark. It replaces a Parquet staging pass: the only Parquet write is the final one.
-    """
-    from pyspark import StorageLevel
-
+    """Read the table's chunks of this group with Spark JDBC (one partition per chunk) into Parquet."""
     qtable = w.schema.table.quoted
     subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {qtable}) AS src"
     predicates = [split_condition(s, plan.collations) for s in w.splits]
@@ -295,61 +278,26 @@ def _read_table(
     ddl = cdc_types.spark_schema_ddl(w.schema)
     if ddl:
         reader_props["customSchema"] = ddl
-    stop = threading.Event()
-    progress = threading.Thread(target=_progress_logger, args=(spark, w.table, len(predicates), stop), daemon=True)
-    during = None
     try:
         df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
-        progress.start()
-        if hooks.during_read:
-            during = threading.Thread(target=hooks.during_read, daemon=True)
-            during.start()
-        w.frame = df.localCheckpoint(eager=True, storageLevel=StorageLevel.MEMORY_AND_DISK)
-        w.read_rows = w.frame.count()
+    except Exception as exc:  # schema resolution already talks to the server
+        raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
+    stop = threading.Event()
+    progress = threading.Thread(target=_progress_logger, args=(spark, w.table, len(predicates), stop), daemon=True)
+    progress.start()
+    during = None
+    if hooks.during_read:
+        during = threading.Thread(target=hooks.during_read, daemon=True)
+        during.start()
+    try:
+        df.write.mode("overwrite").parquet(w.staging)
     except Exception as exc:
         raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
     finally:
         stop.set()
         if during is not None:
             during.join()
-
-
-def _write_table(spark: Any, w: _TableWork) -> None:
-    """The group's rows as of HW, written once as Parquet inside the Delta table's directory.
-
-    Staged rows whose exact key appears in any binlog image of the window are dropped (the SELECT
-    saw one of those versions, whatever the collation says about case or trailing spaces), then
-    the window's last after-images of keys in this group's chunks are added.
-    """
-    from pyspark.sql.functions import broadcast
-
-    frame = w.frame
-    n = len(w.splits)
-    if w.touched is not None and w.touched.num_rows:
-        keys = spark.createDataFrame(w.touched, schema=frame.select(*w.pk_cols).schema)
-        frame = frame.join(broadcast(keys), on=w.pk_cols, how="left_anti")
-    adds = [r for sid in sorted(w.adds) for r in w.adds[sid]]
-    if adds:
-        add_table = cdc_types.rows_to_arrow(adds, w.schema).select(frame.columns)
-        frame = frame.unionByName(spark.createDataFrame(add_table, schema=frame.schema).coalesce(1))
-    try:
-        frame.write.mode("overwrite").parquet(w.staging)
-    except Exception as exc:
-        raise SnapshotError(f"writing the snapshot of {w.table} to {w.staging} failed: {exc}") from exc
-    base = _local(w.staging)
-    for name in sorted(os.listdir(base)):
-        m = _PART.match(name)
-        if not m or not name.endswith(".parquet"):
-            continue
-        idx = int(m.group(1))
-        path = f"{base}/{name}"
-        rows = pq.ParquetFile(path).metadata.num_rows
-        ids = [w.splits[idx].split_id] if idx < n else sorted(w.adds)
-        w.files.append(StagedFile(path, rows, os.path.getsize(path), ids))
-        if idx < n:
-            w.chunk_rows[w.splits[idx].split_id] = w.chunk_rows.get(w.splits[idx].split_id, 0) + rows
-    for sid, rows in w.adds.items():
-        w.chunk_rows[sid] = w.chunk_rows.get(sid, 0) + len(rows)
+    w.files = _collect_staged(w.staging, w.splits)
 
 
 def _explain_jdbc_error(table: str, exc: Exception) -> str:
@@ -388,6 +336,31 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
+def _collect_staged(staging: str, splits: list[SnapshotSplit]) -> dict[int, StagedFile]:
+    """Map Spark's part files back to chunks: partition i read predicate i, i.e. ``splits[i]``."""
+    out: dict[int, StagedFile] = {}
+    base = _local(staging)
+    for name in sorted(os.listdir(base)):
+        m = _PART.match(name)
+        if not m or not name.endswith(".parquet"):
+            continue
+        idx = int(m.group(1))
+        if idx >= len(splits):
+            raise SnapshotError(f"unexpected staged file {name}: more partitions than chunks")
+        path = f"{base}/{name}"
+        rows = pq.ParquetFile(path).metadata.num_rows
+        sid = splits[idx].split_id
+        if sid in out:  # Spark split one partition into several files (maxRecordsPerFile)
+            prev = out[sid]
+            merged = f"{base}/merged-{sid}-{uuid.uuid4().hex[:8]}.parquet"
+            pq.write_table(pa.concat_tables([pq.read_table(prev.path), pq.read_table(path)]), merged)
+            os.remove(prev.path)
+            os.remove(path)
+            path, rows = merged, prev.rows + rows
+        out[sid] = StagedFile(path, rows, os.path.getsize(path), [sid])
+    return out
+
+
 # --------------------------------------------------------------------------- binlog window
 _DELETE = object()
 
@@ -398,17 +371,21 @@ def _replay_window(
     high: BinlogOffset,
     work: list[_TableWork],
     plan: SnapshotPlan,
+    opts: SnapshotOptions,
 ) -> int:
-    """Read ``[low, high)`` once for the group's tables; decide what each table's write must change.
+    """Read ``[low, high)`` once for the group's tables and apply it to the staged chunk files.
 
-    Per table: the exact PK values of every image (rows to drop from what was read), and the last
-    after-image of every key, folded in the database's key order (a case-only key change is one
-    row under a case-insensitive collation), kept only if its chunk belongs to this group.
+    Per table: the exact PK value of every image (a staged row with one of those keys is stale:
+    the SELECT saw one of those versions, whatever the collation says about case or trailing
+    spaces), the chunks any image touched, and the last after-image of every key folded in the
+    database's key order (under a case-insensitive collation 'abc' -> 'ABC' is one row).
     """
     by_table = {w.table: w for w in work}
     converters = {w.table: cdc_types.binlog_row_converter(w.schema) for w in work}
     final: dict[str, dict[Any, Any]] = {t: {} for t in by_table}
     exact: dict[str, set[tuple[Any, ...]]] = {t: set() for t in by_table}
+    touched: dict[str, set[int]] = {t: set() for t in by_table}
+    group_ids = {t: {s.split_id for s in w.splits} for t, w in by_table.items()}
     n = 0
     alloc = ServerIdAllocator(settings.server_id_range)
     reader = BinlogRangeReader(
@@ -425,34 +402,44 @@ def _replay_window(
             if w is None:
                 continue
             n += 1
-            fin, ex = final[ch.table], exact[ch.table]
-            if ch.before is not None:
-                key = tuple(ch.before[c] for c in w.pk_cols)
+            before, after = ch.before, ch.after
+            fin, tch, ex = final[ch.table], touched[ch.table], exact[ch.table]
+            if before is not None:
+                key = tuple(before[c] for c in w.pk_cols)
                 ex.add(key)
                 fin[w.pk_order.sort_key(key)] = _DELETE
-            if ch.after is not None:
-                key = tuple(ch.after[c] for c in w.pk_cols)
+                tch.add(w.locator.locate([before[c] for c in w.chunk_cols]).split_id)
+            if after is not None:
+                key = tuple(after[c] for c in w.pk_cols)
                 ex.add(key)
-                fin[w.pk_order.sort_key(key)] = ch.after
+                fin[w.pk_order.sort_key(key)] = after
+                tch.add(w.locator.locate([after[c] for c in w.chunk_cols]).split_id)
     except Exception as exc:
         raise SnapshotError(_explain_binlog_error(exc)) from exc
     finally:
         reader.close()
     log.info("binlog window %s..%s: %d changes to the group's tables", low, high, n)
 
+    jobs = []
     for t, w in by_table.items():
-        if not exact[t]:
+        if not final[t]:
             continue
-        in_group = {s.split_id for s in w.splits}
-        fields = [w.arrow_schema.field(c) for c in w.pk_cols]
-        keys = sorted(exact[t], key=repr)
-        w.touched = pa.table({f.name: pa.array([k[i] for k in keys], type=f.type) for i, f in enumerate(fields)})
+        # Upserts per chunk of this group; keys that land in other groups' chunks are theirs.
+        adds: dict[int, list[dict[str, Any]]] = {}
         for row in final[t].values():
             if row is _DELETE:
                 continue
             sid = w.locator.locate([row[c] for c in w.chunk_cols]).split_id
-            if sid in in_group:
-                w.adds.setdefault(sid, []).append(row)
+            if sid in group_ids[t]:
+                adds.setdefault(sid, []).append(row)
+        fields = [w.arrow_schema.field(c) for c in w.pk_cols]
+        stale = pa.table(
+            {f.name: pa.array([k[i] for k in exact[t]], type=f.type) for i, f in enumerate(fields)}
+        )
+        for sid in sorted(touched[t] & group_ids[t]):
+            jobs.append((w, sid, adds.get(sid, []), stale))
+    with ThreadPoolExecutor(max_workers=max(1, opts.rewrite_threads)) as pool:
+        list(pool.map(lambda j: _rewrite_chunk(*j), jobs))
     return n
 
 
@@ -464,3 +451,24 @@ def _explain_binlog_error(exc: Exception) -> str:
             f"TO <cdc user> ({text[:200]})"
         )
     return f"reading the binlog window failed: {text[:500]}"
+
+
+def _rewrite_chunk(w: _TableWork, split_id: int, adds: list[dict[str, Any]], stale: pa.Table) -> None:
+    """Replace a staged chunk file by its state as of HW: drop stale keys, add their last images.
+
+    The anti-join on exact key values is vectorised (Arrow's hash join), whatever the key type.
+    """
+    old = w.files.get(split_id)
+    parts: list[pa.Table] = []
+    if old is not None:
+        staged = pq.read_table(old.path).cast(w.arrow_schema)
+        kept = staged.join(stale, keys=w.pk_cols, join_type="left anti") if stale.num_rows else staged
+        parts.append(kept.select(w.arrow_schema.names))
+    if adds:
+        parts.append(cdc_types.rows_to_arrow(adds, w.schema).select(w.arrow_schema.names))
+    new_table = pa.concat_tables([p.cast(w.arrow_schema) for p in parts]) if parts else w.arrow_schema.empty_table()
+    path = f"{_local(w.staging)}/chunk-{split_id:06d}-{uuid.uuid4().hex[:8]}.parquet"
+    pq.write_table(new_table, path)
+    if old is not None:
+        os.remove(old.path)
+    w.files[split_id] = StagedFile(path, new_table.num_rows, os.path.getsize(path), [split_id])
