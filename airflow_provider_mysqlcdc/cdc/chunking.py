@@ -60,6 +60,28 @@ def bucket_width(factor: float, chunk_size: int, scale: int = 0) -> int | Decima
     return max(quantum, raw.quantize(quantum, rounding=ROUND_CEILING))
 
 
+def unique_int_width(factor: float, chunk_size: int) -> int | None:
+    """Bucket width that needs no row counting, for a *unique* integer key, or None.
+
+    ``[a, a + w)`` holds at most ``w`` distinct integers, so with ``w <= 2 × chunk_size`` no chunk
+    can break the memory bound whatever the real distribution is, and the histogram scan is
+    skipped. That holds when the keys are dense enough (factor <= 2); the width is clamped to
+    ``[chunk_size, 2 × chunk_size]`` so a wrong row estimate cannot make chunks tiny either.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if factor > 2.0:
+        return None
+    return min(2 * chunk_size, max(chunk_size, math.ceil(factor * chunk_size)))
+
+
+def arithmetic_boundaries(lo: int, hi: int, width: int) -> list[int]:
+    """``lo + w, lo + 2w, ...`` up to ``hi``: chunk starts after the first (Python ints: no overflow)."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    return list(range(lo + width, hi + 1, width))
+
+
 @dataclass(frozen=True)
 class Segment:
     """A run of adjacent buckets that becomes one chunk (or must be re-split if ``oversize``)."""

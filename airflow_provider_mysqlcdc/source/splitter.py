@@ -17,11 +17,13 @@ from airflow_provider_mysqlcdc.cdc import keys
 from airflow_provider_mysqlcdc.cdc.chunking import (
     DEFAULT_MAX_DISTRIBUTION_FACTOR,
     DEFAULT_MIN_DISTRIBUTION_FACTOR,
+    arithmetic_boundaries,
     bucket_width,
     distribution_factor,
     even_split_applies,
     pack_buckets,
     splits_from_boundaries,
+    unique_int_width,
 )
 from airflow_provider_mysqlcdc.cdc.keys import Collation, KeyColumn
 from airflow_provider_mysqlcdc.cdc.predicate import quote_ident, range_condition, sql_literal
@@ -150,6 +152,11 @@ class _TableSplitter:
         scale = 0
         if col.kind == keys.DECIMAL:
             scale = self.schema.column(col.name).numeric_scale or 0
+        unique = [c.name for c in self.key_cols] == list(self.schema.primary_key)
+        if col.kind == keys.INT and unique:
+            fast = unique_int_width(factor, self.opts.chunk_size)
+            if fast is not None:  # dense unique ids: arithmetic alone keeps the bound, no scan
+                return [(b,) for b in arithmetic_boundaries(int(lo), int(hi), fast)]
         width = bucket_width(factor, self.opts.chunk_size, scale)
         if col.kind == keys.INT and scale == 0:
             # DIV on integers is exact for the whole BIGINT UNSIGNED range (no float rounding).

@@ -228,3 +228,21 @@ def test_even_path_boundaries_hold_every_key_once_and_stay_in_range(key_values: 
     per_split = Counter(loc.index_of((k,)) for k in key_values)
     assert sum(per_split.values()) == len(key_values)
     assert max(per_split.values()) <= 2 * chunk
+
+
+def test_unique_int_width_keeps_the_bound_without_counting() -> None:
+    from airflow_provider_mysqlcdc.cdc.chunking import arithmetic_boundaries, unique_int_width
+
+    assert unique_int_width(1.0, 100) == 100
+    assert unique_int_width(1.5, 100) == 150
+    assert unique_int_width(2.0, 100) == 200
+    assert unique_int_width(0.3, 100) == 100  # a bad estimate cannot make chunks tiny
+    assert unique_int_width(2.01, 100) is None  # sparser: the histogram decides
+    # any window of w consecutive integers holds at most w unique keys <= 2 * chunk size
+    for factor in (0.05, 0.9, 1.0, 1.7, 2.0):
+        w = unique_int_width(factor, 37)
+        assert w is not None and 37 <= w <= 74
+    top = 2**64 - 1
+    b = arithmetic_boundaries(top - 1000, top, 300)
+    assert b == [top - 700, top - 400, top - 100] and all(x <= top for x in b)
+    assert arithmetic_boundaries(5, 5, 10) == []
