@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ def build_spark_session(
         # partitions (the default 200 makes small jobs slow).
         conf.setdefault("spark.ui.enabled", "false")
         conf.setdefault("spark.sql.shuffle.partitions", "4")
+        # Python workers must be this interpreter (it has the package, pyarrow, mysql-replication),
+        # not whatever `python3` is first on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         opts = extra.pop(key, "")
         if "-Duser.timezone=" not in opts:

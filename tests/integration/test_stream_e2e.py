@@ -1,0 +1,233 @@
+"""The product's promise: snapshot under a random writer, stream from the min HW, sink == source.
+
+Three tables (BIGINT key, composite (VARCHAR, INT) key, VARCHAR key under a case-insensitive
+collation) of 50,000 rows each are snapshotted in several split groups of >= 10 chunks per table
+while a writer runs inserts, updates, deletes and key moves across chunk boundaries at >= 100
+transactions/s; the stream starts from the minimum high watermark; the writer keeps going for a
+while, then stops; once the stream has reached the server's offset, every Delta table must equal
+its source row for row and column for column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
+from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+from airflow_provider_mysqlcdc.source.server import current_offset
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.job import MANIFEST, StreamOptions, start_stream, stop_gracefully
+from airflow_provider_mysqlcdc.stream.manifest import build_manifest
+from airflow_provider_mysqlcdc.verify import compare
+
+ROWS = 50_000
+CHUNK = 5_000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_tables(mariadb: Any, db: str) -> list[str]:
+    mariadb.execute(
+        f"CREATE TABLE `{db}`.t_int (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
+        "amount DECIMAL(12,2), at DATETIME(6))",
+        f"INSERT INTO `{db}`.t_int SELECT seq, seq, CONCAT('n', seq), seq / 100, "
+        f"TIMESTAMP('2026-01-01') + INTERVAL seq SECOND FROM seq_1_to_{ROWS}",
+        f"CREATE TABLE `{db}`.t_comp (region VARCHAR(8) NOT NULL, n INT NOT NULL, v INT, PRIMARY KEY (region, n))",
+        f"INSERT INTO `{db}`.t_comp SELECT ELT(1 + seq % 3, 'eu', 'us', 'apac'), seq, seq FROM seq_1_to_{ROWS}",
+        f"CREATE TABLE `{db}`.t_ci (k VARCHAR(24) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, v INT)",
+        f"INSERT INTO `{db}`.t_ci SELECT CONCAT(IF(seq % 2, 'key', 'KEY'), LPAD(seq, 6, '0')), seq "
+        f"FROM seq_1_to_{ROWS}",
+        database=db,
+    )
+    return [f"{db}.t_int", f"{db}.t_comp", f"{db}.t_ci"]
+
+
+class RandomWriter(threading.Thread):
+    """Random single-statement transactions on all three tables, including key moves."""
+
+    def __init__(self, mariadb: Any, db: str, rate: float = 150.0, seed: int = 1):
+        super().__init__(daemon=True)
+        self.mariadb, self.db, self.rate = mariadb, db, rate
+        self.rnd = random.Random(seed)
+        self.stop_event = threading.Event()
+        self.transactions = 0
+        self.errors: list[str] = []
+
+    def statement(self) -> str:
+        r, db = self.rnd.random(), self.db
+        k = self.rnd.randint(1, ROWS + 5_000)
+        if r < 0.15:
+            return f"INSERT IGNORE INTO `{db}`.t_int VALUES ({ROWS + k}, {k}, 'ins', 1.25, NOW(6))"
+        if r < 0.35:
+            return f"UPDATE `{db}`.t_int SET v = v + 1, note = 'upd', at = NOW(6) WHERE id = {k}"
+        if r < 0.42:
+            return f"DELETE FROM `{db}`.t_int WHERE id = {k}"
+        if r < 0.50:  # key move, often across chunk and group boundaries
+            return f"UPDATE IGNORE `{db}`.t_int SET id = {self.rnd.randint(1, 2 * ROWS)} WHERE id = {k}"
+        if r < 0.60:
+            return f"UPDATE `{db}`.t_comp SET v = v - 1 WHERE region = 'us' AND n = {k}"
+        if r < 0.66:
+            region = self.rnd.choice(["eu", "us", "apac", "af"])
+            return f"UPDATE IGNORE `{db}`.t_comp SET region = '{region}' WHERE n = {k}"
+        if r < 0.72:
+            return f"INSERT IGNORE INTO `{db}`.t_comp VALUES ('eu', {ROWS + k}, 0)"
+        if r < 0.76:
+            return f"DELETE FROM `{db}`.t_comp WHERE n = {k}"
+        if r < 0.86:
+            return f"UPDATE `{db}`.t_ci SET v = v + 7 WHERE k = 'key{k:06d}'"
+        if r < 0.92:  # case-only key change: the same row under utf8mb4_general_ci
+            return f"UPDATE IGNORE `{db}`.t_ci SET k = UPPER(k) WHERE k = 'key{k:06d}'"
+        if r < 0.96:
+            return f"INSERT IGNORE INTO `{db}`.t_ci VALUES ('new{k:06d}', {k})"
+        return f"DELETE FROM `{db}`.t_ci WHERE k = 'KEY{k:06d}'"
+
+    def run(self) -> None:
+        conn = self.mariadb.root_connection(self.db)
+        cur = conn.cursor()
+        t0 = time.monotonic()
+        while not self.stop_event.is_set():
+            try:
+                cur.execute(self.statement())
+            except Exception as exc:  # a failed statement changes nothing; keep writing
+                self.errors.append(str(exc))
+            self.transactions += 1
+            delay = t0 + self.transactions / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        conn.close()
+
+    @property
+    def achieved_rate(self) -> float:
+        return self.transactions
+
+
+def snapshot_all(spark: Any, cdc_settings: Any, store: StateStore, sink: DeltaSink, tables: list[str]) -> Any:
+    with cdc_settings.connect() as conn:
+        plan = plan_snapshot(conn, tables, CHUNK, 8)
+    store.write_plan("p1", plan.to_dict())
+    for t in tables:
+        assert sum(1 for s in plan.splits if s.table == t) >= 10
+    assert len(plan.groups) >= 2
+    for g in plan.groups:
+        run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink)
+    manifest = build_manifest(plan, store.read_all_results("p1"))
+    store.write_json(MANIFEST, manifest)
+    return plan
+
+
+def wait_until_caught_up(query: Any, target: BinlogOffset, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert query.exception() is None, str(query.exception())
+        prog = query.lastProgress
+        if prog and prog.get("sources"):
+            end = prog["sources"][0].get("endOffset")
+            if end:
+                off = BinlogOffset.from_dict(json.loads(end) if isinstance(end, str) else end)
+                if off >= target and not query.status.get("isTriggerActive"):
+                    return
+        time.sleep(0.5)
+    raise AssertionError(f"the stream did not reach {target} in {timeout}s; last progress {query.lastProgress}")
+
+
+def assert_sink_equals_source(cdc_settings: Any, plan: Any, sink: DeltaSink, tables: list[str]) -> None:
+    with cdc_settings.connect() as conn:
+        for t in tables:
+            cmp = compare(conn, plan.tables[t], sink.open(t).to_pyarrow_table())
+            assert cmp.match, f"{t}: {cmp.first_difference}"
+
+
+def test_snapshot_then_stream_under_random_writer(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tables = make_tables(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "e2e")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    writer = RandomWriter(mariadb, db)
+    writer.start()
+    t0 = time.monotonic()
+    try:
+        plan = snapshot_all(spark, cdc_settings, store, sink, tables)
+        query = start_stream(spark, cdc_settings, store, sink, StreamOptions(trigger_seconds=0.5, readers=2))
+        try:
+            time.sleep(8)  # the writer keeps going while the stream runs
+            writer.stop_event.set()
+            writer.join()
+            elapsed = time.monotonic() - t0
+            with cdc_settings.connect() as conn:
+                target = current_offset(conn)
+            wait_until_caught_up(query, target)
+        finally:
+            stop_gracefully(query)
+    finally:
+        writer.stop_event.set()
+    assert writer.transactions / elapsed >= 100, f"writer only reached {writer.transactions / elapsed:.0f} tx/s"
+    assert_sink_equals_source(cdc_settings, plan, sink, tables)
+
+
+@pytest.mark.timeout(900)
+def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 of the stream's spark-submit driver, restart from the checkpoint: no loss, no duplicate."""
+    tables = make_tables(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "crash")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    writer = RandomWriter(mariadb, db, seed=2)
+    writer.start()
+    try:
+        plan = snapshot_all(spark, cdc_settings, store, sink, tables)
+        env = dict(os.environ, MYSQLCDC_SOURCE=json.dumps(cdc_settings.to_dict()), PYSPARK_PYTHON=sys.executable)
+        cmd = [
+            str(Path(sys.executable).parent / "spark-submit"),
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--jars",
+            "/usr/share/java/mariadb-java-client.jar",
+            str(REPO / "spark_jobs" / "stream.py"),
+            "--state-root",
+            str(tmp_path / "state"),
+            "--pipeline-id",
+            "crash",
+            "--sink-root",
+            str(tmp_path / "lake"),
+            "--trigger-seconds",
+            "0.5",
+            "--max-events-per-trigger",
+            "500",
+        ]
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        # wait for a few committed batches, then kill -9 while batches keep coming
+        deadline = time.monotonic() + 240
+        while (store.read_json("stream/status.json") or {}).get("batch_id", -1) < 3:
+            assert proc.poll() is None, "the stream job died on its own"
+            assert time.monotonic() < deadline, "the stream never committed a batch"
+            time.sleep(0.2)
+        time.sleep(0.7)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        time.sleep(3)  # the writer goes on while the stream is down
+        writer.stop_event.set()
+        writer.join()
+        with cdc_settings.connect() as conn:
+            target = current_offset(conn)
+        query = start_stream(spark, cdc_settings, store, sink, StreamOptions(trigger_seconds=0.5))
+        try:
+            wait_until_caught_up(query, target)
+        finally:
+            stop_gracefully(query)
+    finally:
+        writer.stop_event.set()
+    assert_sink_equals_source(cdc_settings, plan, sink, tables)
