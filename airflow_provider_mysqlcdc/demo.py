@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = True
         with settings.connect() as conn:
             for t in TABLES:
-                cmp = compare(conn, plan.tables[t], sink.open(t).to_pyarrow_table())
+                cmp = compare(conn, plan.tables[t], sink.read(t))
                 ok &= cmp.match
                 print(
                     f"{t:<20} {cmp.source_rows:>12} {cmp.sink_rows:>12}  {'yes' if cmp.match else 'NO'}"

@@ -49,7 +49,7 @@ def _plan(cdc_settings: ConnectionSettings, store: StateStore, table: str, plan_
 
 
 def _delta_rows(sink: DeltaSink, table: str) -> list[tuple[Any, ...]]:
-    t = sink.open(table).to_pyarrow_table()
+    t = sink.read(table)
     return sorted(zip(t.column("id").to_pylist(), t.column("v").to_pylist(), t.column("s").to_pylist(), strict=True))
 
 
@@ -204,7 +204,7 @@ def test_unreachable_server_fails_clearly(mariadb, db, cdc_settings, spark, tmp_
     bad = ConnectionSettings(**{**cdc_settings.__dict__, "port": free_port()})
     with pytest.raises(SnapshotError, match="cannot connect"):
         run_snapshot_group(spark, bad, store, "p1", 0, sink)
-    assert not sink.exists(table) or sink.open(table).to_pyarrow_table().num_rows == 0
+    assert not sink.exists(table) or sink.read(table).num_rows == 0
     assert store.read_group_results("p1", 0) is None
 
 
@@ -216,7 +216,7 @@ def test_missing_table_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path)
     mariadb.execute(f"DROP TABLE {table}")
     with pytest.raises(SnapshotError, match="does not exist"):
         run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
-    assert sink.open(table).to_pyarrow_table().num_rows == 0
+    assert sink.read(table).num_rows == 0
     assert store.read_group_results("p1", 0) is None
 
 
@@ -237,7 +237,7 @@ def test_revoked_replication_privilege_fails_clearly(mariadb, db, cdc_settings, 
             run_snapshot_group(spark, settings, store, "p1", 0, sink, test_hooks=hooks)
     finally:
         mariadb.execute(f"DROP USER '{user}'@'%'")
-    assert sink.open(table).to_pyarrow_table().num_rows == 0
+    assert sink.read(table).num_rows == 0
     assert store.read_group_results("p1", 0) is None
 
 
@@ -258,7 +258,8 @@ def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, s
         f"""INSERT INTO {t} VALUES
           (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
            '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{{"k": [1, "ü"]}}', 'y', 'a,b', b'10101', b'1'),
-          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
           (18446744073709551615, 127, 0, -0.000001, -2.25e10, '1970-01-01 00:00:00', NULL, '1000-01-01',
            '838:59:59', 1901, '', '', X'', X'', '[]', 'x', '', b'0', b'0')""",
     )
@@ -271,7 +272,8 @@ def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, s
     def changes() -> None:
         mariadb.execute(
             "SET time_zone = '+05:00'",
-            f"""INSERT INTO {t} VALUES (3, 1, 2, 3.5, 0.25, '2025-05-05 05:05:05.5', '2025-05-05 05:05:05.123', '2025-05-05',
+            f"""INSERT INTO {t} VALUES (3, 1, 2, 3.5, 0.25, '2025-05-05 05:05:05.5', '2025-05-05 05:05:05.123',
+              '2025-05-05',
               '100:00:00.01', 2155, 'neu', 'x', X'ab', X'ff', '{{"a": null}}', 'x', 'b', b'11111', b'1')""",
             f"UPDATE {t} SET i8 = 7, s = NULL, st = '', j = '{{}}', bn = X'61' WHERE id = 1",
             f"UPDATE {t} SET d = 1.5, tm = '-00:00:01', ts = '2030-01-01 00:00:00' WHERE id = 2",
@@ -284,7 +286,7 @@ def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, s
     )
     assert res.window_changes == 5
     with cdc_settings.connect() as conn:
-        cmp = compare(conn, plan.tables[f"{db}.wide"], sink.open(f"{db}.wide").to_pyarrow_table())
+        cmp = compare(conn, plan.tables[f"{db}.wide"], sink.read(f"{db}.wide"))
     assert cmp.match, cmp.first_difference
     assert cmp.source_rows == 4
 
@@ -321,5 +323,5 @@ def test_case_insensitive_string_keys(point: str, mariadb, db, cdc_settings, spa
         hooks = SnapshotTestHooks(**{point: changes}) if g.group_id == 0 else None
         run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink, test_hooks=hooks)
     with cdc_settings.connect() as conn:
-        cmp = compare(conn, plan.tables[f"{db}.ci"], sink.open(f"{db}.ci").to_pyarrow_table())
+        cmp = compare(conn, plan.tables[f"{db}.ci"], sink.read(f"{db}.ci"))
     assert cmp.match, cmp.first_difference

@@ -59,7 +59,7 @@ def test_killed_job_rerun_has_exact_rows(mariadb, db, cdc_settings, tmp_path) ->
     proc.wait()
 
     sink = DeltaSink(str(tmp_path / "lake"))
-    visible = sink.open(table).to_pyarrow_table().num_rows if sink.exists(table) else 0
+    visible = sink.read(table).num_rows if sink.exists(table) else 0
     assert visible == 0, "a killed job must leave nothing visible"
     assert store.read_group_results("p1", 0) is None
 
@@ -71,7 +71,7 @@ def test_killed_job_rerun_has_exact_rows(mariadb, db, cdc_settings, tmp_path) ->
     summary = json.loads(line.split(" ", 1)[1])
     assert summary["rows"] == ROWS
 
-    t = sink.open(table).to_pyarrow_table()
+    t = sink.read(table)
     ids = t.column("id").to_pylist()
     assert len(ids) == len(set(ids)) == ROWS
     got = dict(zip(ids, t.column("v").to_pylist(), strict=True))
