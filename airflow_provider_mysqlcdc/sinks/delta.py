@@ -69,8 +69,10 @@ class DeltaSink:
         """
         from deltalake import QueryBuilder
 
-        reader = QueryBuilder().register("t", self.open(table)).execute("SELECT * FROM t")
-        return pa.table(reader.read_all())
+        dt = self.open(table)
+        out = pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+        # DataFusion hands back string_view/binary_view columns; give callers the table's own types.
+        return out.cast(pa.schema(dt.schema().to_arrow()))
 
     def exists(self, table: str) -> bool:
         return DeltaTable.is_deltatable(self.table_uri(table), storage_options=self.storage_options)
