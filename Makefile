@@ -3,14 +3,16 @@
 #   make test   - run the test suite (real MariaDB, real Spark local[2], real Airflow test mode)
 .PHONY: bootstrap test demo lint bench-split
 
+LINT_PATHS := $(wildcard airflow_provider_mysqlcdc dags spark_jobs tests bench)
+
 bootstrap:
 	bash scripts/bootstrap.sh
 
 lint: bootstrap
-	.venv/bin/ruff check airflow_provider_mysqlcdc dags spark_jobs tests bench
+	.venv/bin/ruff check $(LINT_PATHS)
 
 test: bootstrap
-	.venv/bin/ruff check airflow_provider_mysqlcdc dags spark_jobs tests bench
+	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: bootstrap
