@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source-env", default="MYSQLCDC_SOURCE")
     p.add_argument("--trigger-seconds", type=float, default=1.0)
     p.add_argument("--max-events-per-trigger", type=int, default=200_000)
+    p.add_argument("--max-bytes-per-trigger", type=int, default=32 * 1024 * 1024)
     p.add_argument("--readers", type=int, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
@@ -47,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
             settings,
             StateStore(args.state_root, args.pipeline_id),
             DeltaSink(args.sink_root),
-            StreamOptions(args.trigger_seconds, args.max_events_per_trigger, args.readers),
+            StreamOptions(
+                trigger_seconds=args.trigger_seconds,
+                max_events_per_trigger=args.max_events_per_trigger,
+                max_bytes_per_trigger=args.max_bytes_per_trigger,
+                readers=args.readers,
+            ),
         )
         run_until_stopped(query)
     except Exception as exc:  # the message of a failed stream is what the operator shows

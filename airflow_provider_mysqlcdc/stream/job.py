@@ -41,13 +41,18 @@ CHECKPOINT = "checkpoint"
 @dataclass
 class StreamOptions:
     trigger_seconds: float = 1.0
-    max_events_per_trigger: int | None = 200_000
+    max_events_per_trigger: int | None = 200_000  # binlog EVENTS (a rows event holds many rows)
+    # Binlog bytes per micro-batch: bounds what a batch brings to the driver (the fold and MERGE run
+    # there). Without it, 1,000-row transactions make 200k events ~5M rows: an OOM on a 1g driver.
+    max_bytes_per_trigger: int | None = 32 * 1024 * 1024
     readers: int | None = None  # parallel binlog decoders per micro-batch; None = Spark's cores
 
     def source_options(self) -> dict[str, str]:
         out: dict[str, str] = {}
         if self.max_events_per_trigger:
             out["max_events_per_trigger"] = str(self.max_events_per_trigger)
+        if self.max_bytes_per_trigger:
+            out["max_bytes_per_trigger"] = str(self.max_bytes_per_trigger)
         if self.readers:
             out["readers"] = str(self.readers)
         return out
