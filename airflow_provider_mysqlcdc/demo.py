@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=1.0, help="data size factor (1.0 = ~1M rows)")
     p.add_argument("--chunk-size", type=int, default=50_000)
     p.add_argument("--chunks-per-group", type=int, default=8)
+    p.add_argument("--stream-seconds", type=float, default=15.0, help="how long the writer runs under the stream")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
@@ -118,8 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_mysqlcdc.source.checks import check_source
     from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
     from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+    from airflow_provider_mysqlcdc.source.server import current_offset
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.stream.job import (
+        MANIFEST,
+        StreamOptions,
+        start_stream,
+        stop_gracefully,
+        wait_until_caught_up,
+    )
+    from airflow_provider_mysqlcdc.stream.manifest import build_manifest
     from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
     from airflow_provider_mysqlcdc.verify import compare
 
@@ -154,8 +164,6 @@ def main(argv: list[str] | None = None) -> int:
         for g in plan.groups:
             results.append(run_snapshot_group(spark, settings, store, "p1", g.group_id, sink))
         secs = time.monotonic() - t0
-        writer.stop_event.set()
-        writer.join()
         rows = sum(r.rows for r in results)
         print(
             f"snapshot: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s into Delta, while a writer ran "
@@ -163,16 +171,26 @@ def main(argv: list[str] | None = None) -> int:
             f"({sum(r.window_changes for r in results)} replayed from binlog windows)",
             flush=True,
         )
-        print(
-            "note: the binlog stream that carries changes after each group's high watermark is not built yet; the "
-            "verification below re-reads the source after the writer stopped and snapshots again for an exact check",
-            flush=True,
-        )
-        # Without the stream, a final quiet pass re-snapshots every group (idempotent) so that the
-        # Delta tables must equal the source exactly.
-        for g in plan.groups:
-            run_snapshot_group(spark, settings, store, "p1", g.group_id, sink)
-
+        manifest = build_manifest(plan, store.read_all_results("p1"))
+        store.write_json(MANIFEST, manifest)
+        print(f"stream: starting from the minimum high watermark {manifest['start_offset']}", flush=True)
+        query = start_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5))
+        try:
+            time.sleep(args.stream_seconds)  # the writer keeps writing while the stream runs
+            writer.stop_event.set()
+            writer.join()
+            with settings.connect() as conn:
+                target = current_offset(conn)
+            t1 = time.monotonic()
+            wait_until_caught_up(query, target)
+            status = store.read_json("stream/status.json") or {}
+            print(
+                f"stream: caught up with {target} {time.monotonic() - t1:.1f}s after the writer stopped "
+                f"({writer.transactions} writer transactions in all); last batch lag {status.get('lag_seconds')}s",
+                flush=True,
+            )
+        finally:
+            stop_gracefully(query)
         print(f"\n{'table':<20} {'source rows':>12} {'sink rows':>12}  checksum match")
         ok = True
         with settings.connect() as conn:
@@ -184,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                     + ("" if cmp.match else f"  ({cmp.first_difference})")
                 )
         print(
-            f"\nDelta tables are in {work / 'lake'}; query one with:\n"
-            f'  .venv/bin/python -c "from deltalake import DeltaTable; '
-            f"print(DeltaTable('{work / 'lake' / 'shop' / 'orders'}').to_pandas().head())\"\n"
+            f"\nDelta tables are in {work / 'lake'}; query them with SQL (DataFusion, part of deltalake):\n"
+            f'  .venv/bin/python -c "from deltalake import DeltaTable, QueryBuilder; '
+            f"print(QueryBuilder().register('o', DeltaTable('{work / 'lake' / 'shop' / 'orders'}'))"
+            f".execute('SELECT status, count(*) AS n FROM o GROUP BY status').read_all())\"\n"
+            f"The pipeline state (plan, chunk results, stream manifest and checkpoint) is in {work / 'state'}.\n"
             "Everything the demo started has been stopped.",
             flush=True,
         )

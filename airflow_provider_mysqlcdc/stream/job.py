@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
 from airflow_provider_mysqlcdc.cdc.batch import fold_changes, keys_to_arrow
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.row_codec import decode_row
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
@@ -160,6 +161,31 @@ def start_stream(
     )
     log.info("stream %s started (checkpoint %s)", store.pipeline_id, store.url(CHECKPOINT))
     return query
+
+
+def committed_offset(query: Any) -> BinlogOffset | None:
+    """The end offset of the query's last finished micro-batch (None before the first)."""
+    prog = query.lastProgress
+    if not prog or not prog.get("sources"):
+        return None
+    end = prog["sources"][0].get("endOffset")
+    if not end:
+        return None
+    return BinlogOffset.from_dict(json.loads(end) if isinstance(end, str) else end)
+
+
+def wait_until_caught_up(query: Any, target: BinlogOffset, timeout: float = 300.0) -> None:
+    """Block until the stream has applied everything before ``target`` (a server offset)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        exc = query.exception()
+        if exc is not None:
+            raise RuntimeError(f"the stream failed: {exc}")
+        off = committed_offset(query)
+        if off is not None and off >= target and not query.status.get("isTriggerActive"):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"the stream did not reach {target} within {timeout:.0f}s (last progress: {query.lastProgress})")
 
 
 def stop_gracefully(query: Any, timeout: float = 120.0) -> None:

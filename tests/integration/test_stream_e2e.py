@@ -23,13 +23,18 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.job import MANIFEST, StreamOptions, start_stream, stop_gracefully
+from airflow_provider_mysqlcdc.stream.job import (
+    MANIFEST,
+    StreamOptions,
+    start_stream,
+    stop_gracefully,
+    wait_until_caught_up,
+)
 from airflow_provider_mysqlcdc.stream.manifest import build_manifest
 from airflow_provider_mysqlcdc.verify import compare
 
@@ -125,21 +130,6 @@ def snapshot_all(spark: Any, cdc_settings: Any, store: StateStore, sink: DeltaSi
     manifest = build_manifest(plan, store.read_all_results("p1"))
     store.write_json(MANIFEST, manifest)
     return plan
-
-
-def wait_until_caught_up(query: Any, target: BinlogOffset, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert query.exception() is None, str(query.exception())
-        prog = query.lastProgress
-        if prog and prog.get("sources"):
-            end = prog["sources"][0].get("endOffset")
-            if end:
-                off = BinlogOffset.from_dict(json.loads(end) if isinstance(end, str) else end)
-                if off >= target and not query.status.get("isTriggerActive"):
-                    return
-        time.sleep(0.5)
-    raise AssertionError(f"the stream did not reach {target} in {timeout}s; last progress {query.lastProgress}")
 
 
 def assert_sink_equals_source(cdc_settings: Any, plan: Any, sink: DeltaSink, tables: list[str]) -> None:
