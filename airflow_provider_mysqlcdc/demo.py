@@ -99,7 +99,7 @@ class DemoWriter(threading.Thread):
             self.transactions += 1
             delay = t0 + self.transactions / self.rate - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                self.stop_event.wait(delay)
         conn.close()
 
 

@@ -102,7 +102,7 @@ class Writer(threading.Thread):
             self.done += 1
             delay = t0 + self.done / self.rate - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                self.stop_event.wait(delay)
         conn.close()
 
 

@@ -110,7 +110,7 @@ class RandomWriter(threading.Thread):
             self.transactions += 1
             delay = t0 + self.transactions / self.rate - time.monotonic()
             if delay > 0:
-                time.sleep(delay)
+                self.stop_event.wait(delay)
         conn.close()
 
     @property
