@@ -9,6 +9,7 @@ configured the way CDC needs it (``--log-bin --binlog-format=ROW --binlog-row-im
 from __future__ import annotations
 
 import contextlib
+import getpass
 import logging
 import os
 import shutil
@@ -96,7 +97,7 @@ class MariaDBServer:
                 f"--datadir={tdir}",
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
-                "--user=root" if os.geteuid() == 0 else f"--user={os.getlogin()}",
+                "--user=root" if os.geteuid() == 0 else f"--user={getpass.getuser()}",
             ]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
