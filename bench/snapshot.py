@@ -40,36 +40,10 @@ from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
 
 log = logging.getLogger("bench.snapshot")
-
-
-def load(server: MariaDBServer, rows: int) -> None:
-    server.execute(
-        "CREATE DATABASE bench",
-        """CREATE TABLE bench.orders (
-            id BIGINT NOT NULL PRIMARY KEY,
-            customer INT NOT NULL,
-            code VARCHAR(16) NOT NULL,
-            amount DECIMAL(12,2) NOT NULL,
-            created DATETIME(6) NOT NULL,
-            note VARCHAR(200),
-            flag TINYINT NOT NULL
-        ) ENGINE=InnoDB""",
-    )
-    step = 500_000
-    for lo in range(1, rows + 1, step):
-        hi = min(rows, lo + step - 1)
-        server.execute(
-            f"""INSERT INTO bench.orders
-            SELECT seq, seq % 100003, CONCAT('C', LPAD(seq % 999983, 10, '0')), (seq % 1000000) / 100,
-                   TIMESTAMP('2026-01-01') + INTERVAL seq SECOND + INTERVAL (seq % 1000000) MICROSECOND,
-                   RPAD(CONCAT('note ', seq, ' '), 100, 'abcdefghij'), seq % 3
-            FROM seq_{lo}_to_{hi}""",
-            database="bench",
-        )
-    server.execute("ANALYZE TABLE bench.orders")
 
 
 class Writer(threading.Thread):

@@ -84,6 +84,7 @@ from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream import job as stream_job
 from airflow_provider_mysqlcdc.stream.job import MANIFEST, STATUS, StreamOptions, start_stream, stop_gracefully
 from airflow_provider_mysqlcdc.stream.manifest import build_manifest, table_schemas_from_manifest
+from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
 
 log = logging.getLogger("bench.stream")
@@ -150,33 +151,6 @@ class CpuMeter:
 
 
 # ----------------------------------------------------------------------------- source data
-def load(server: MariaDBServer, rows: int) -> None:
-    server.execute(
-        "CREATE DATABASE bench",
-        """CREATE TABLE bench.orders (
-            id BIGINT NOT NULL PRIMARY KEY,
-            customer INT NOT NULL,
-            code VARCHAR(16) NOT NULL,
-            amount DECIMAL(12,2) NOT NULL,
-            created DATETIME(6) NOT NULL,
-            note VARCHAR(200),
-            flag TINYINT NOT NULL
-        ) ENGINE=InnoDB""",
-    )
-    step = 500_000
-    for lo in range(1, rows + 1, step):
-        hi = min(rows, lo + step - 1)
-        server.execute(
-            f"""INSERT INTO bench.orders
-            SELECT seq, seq % 100003, CONCAT('C', LPAD(seq % 999983, 10, '0')), (seq % 1000000) / 100,
-                   TIMESTAMP('2026-01-01') + INTERVAL seq SECOND + INTERVAL (seq % 1000000) MICROSECOND,
-                   RPAD(CONCAT('note ', seq, ' '), 100, 'abcdefghij'), seq % 3
-            FROM seq_{lo}_to_{hi}""",
-            database="bench",
-        )
-    server.execute("ANALYZE TABLE bench.orders")
-
-
 def bulk_updates(server: MariaDBServer, rows: int, events: int, tx_rows: int) -> int:
     """``events`` row changes as UPDATE ... WHERE id BETWEEN a AND b, one transaction per statement."""
     conn = server.root_connection("bench")
