@@ -117,7 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
     from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
     from airflow_provider_mysqlcdc.source.checks import check_source
-    from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
     from airflow_provider_mysqlcdc.source.planner import plan_snapshot
     from airflow_provider_mysqlcdc.source.server import current_offset
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_until_caught_up,
     )
     from airflow_provider_mysqlcdc.stream.manifest import build_manifest
-    from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
     from airflow_provider_mysqlcdc.verify import compare
 
     work = Path(args.workdir).resolve()
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         counts = load_schema(server, args.scale)
         print(f"loaded demo schema: {counts} in {time.monotonic() - t:.1f}s", flush=True)
-        settings = ConnectionSettings("127.0.0.1", server.port, CDC_USER, CDC_PASSWORD, ssl=False)
+        settings = server.cdc_settings()
         with settings.connect() as conn:
             report = check_source(conn, TABLES)
             print(report.summary(), flush=True)

@@ -36,7 +36,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
@@ -96,7 +95,7 @@ def main() -> int:
         t = time.monotonic()
         load(server, args.rows)
         log.info("loaded %d rows in %.1fs", args.rows, time.monotonic() - t)
-        settings = ConnectionSettings("127.0.0.1", server.port, CDC_USER, CDC_PASSWORD, ssl=False)
+        settings = server.cdc_settings()
         spark = build_spark_session("mysqlcdc-bench", master="local[2]")
 
         # (b) plain Spark JDBC -> Parquet; run once to warm the JVM/JIT, then timed

@@ -85,7 +85,7 @@ from airflow_provider_mysqlcdc.stream import job as stream_job
 from airflow_provider_mysqlcdc.stream.job import MANIFEST, STATUS, StreamOptions, start_stream, stop_gracefully
 from airflow_provider_mysqlcdc.stream.manifest import build_manifest, table_schemas_from_manifest
 from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 log = logging.getLogger("bench.stream")
 
@@ -663,7 +663,7 @@ def main() -> int:
         t = time.monotonic()
         load(server, rows)
         log.info("loaded %d rows in %.1fs", rows, time.monotonic() - t)
-        settings = ConnectionSettings("127.0.0.1", server.port, CDC_USER, CDC_PASSWORD, ssl=False)
+        settings = server.cdc_settings()
         spark = build_spark_session(
             "mysqlcdc-bench-stream", master="local[2]", extra_conf={"spark.driver.memory": args.driver_memory}
         )

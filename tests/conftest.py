@@ -20,11 +20,22 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings  # noqa: E402
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer  # noqa: E402
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def mariadb() -> Iterator[MariaDBServer]:
+    server = MariaDBServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="module")
+def private_server() -> Iterator[MariaDBServer]:
+    """A server of the module's own: for tests that purge binlogs or change global settings."""
     server = MariaDBServer()
     server.start()
     try:
@@ -47,7 +58,7 @@ def db(mariadb: MariaDBServer) -> Iterator[str]:
 @pytest.fixture
 def cdc_settings(mariadb: MariaDBServer) -> ConnectionSettings:
     """How the CDC user reaches the shared server (TLS off: it is a local test server)."""
-    return ConnectionSettings(host="127.0.0.1", port=mariadb.port, user=CDC_USER, password=CDC_PASSWORD, ssl=False)
+    return mariadb.cdc_settings()
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ from typing import Any
 
 import pymysql
 
+from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
+
 log = logging.getLogger(__name__)
 
 CDC_USER = "cdc"
@@ -200,6 +202,10 @@ class MariaDBServer:
     def connection_params(self, user: str = CDC_USER, password: str = CDC_PASSWORD) -> dict[str, Any]:
         """Parameters of the CDC user's TCP login (what an Airflow connection would hold)."""
         return {"host": "127.0.0.1", "port": self.port, "user": user, "password": password}
+
+    def cdc_settings(self, user: str = CDC_USER, password: str = CDC_PASSWORD) -> ConnectionSettings:
+        """The CDC user's TCP login as ConnectionSettings (TLS off: a local test server)."""
+        return ConnectionSettings(host="127.0.0.1", port=self.port, user=user, password=password, ssl=False)
 
     def airflow_conn_json(self, user: str = CDC_USER, password: str = CDC_PASSWORD) -> str:
         import json

@@ -22,7 +22,7 @@ from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_numbe
 from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader, BinlogReadError
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, current_offset
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 pytestmark = pytest.mark.integration
 
@@ -479,21 +479,6 @@ def test_connection_lost_inside_a_transaction_loses_nothing(mariadb, db, cdc_set
 # ------------------------------------------------------------------------------ errors (private server)
 
 
-@pytest.fixture(scope="module")
-def private_server() -> Iterator[MariaDBServer]:
-    """A server of our own: purging binlogs or changing global settings must not disturb the shared one."""
-    server = MariaDBServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.destroy()
-
-
-def _settings(server: MariaDBServer) -> ConnectionSettings:
-    return ConnectionSettings(host="127.0.0.1", port=server.port, user=CDC_USER, password=CDC_PASSWORD, ssl=False)
-
-
 def purge_to(server: MariaDBServer, file: str) -> None:
     """PURGE BINARY LOGS TO ``file``, retried until done.
 
@@ -512,7 +497,7 @@ def purge_to(server: MariaDBServer, file: str) -> None:
 
 
 def test_purged_start_file_raises_with_the_fix(private_server: MariaDBServer) -> None:
-    srv, settings = private_server, _settings(private_server)
+    srv, settings = private_server, private_server.cdc_settings()
     srv.execute("CREATE DATABASE IF NOT EXISTS p", "CREATE TABLE p.t (id INT PRIMARY KEY)")
     with settings.connect() as conn:
         old = current_offset(conn)
@@ -530,7 +515,7 @@ def test_purged_start_file_raises_with_the_fix(private_server: MariaDBServer) ->
 
 
 def test_position_inside_an_event_is_refused_clearly(private_server: MariaDBServer) -> None:
-    srv, settings = private_server, _settings(private_server)
+    srv, settings = private_server, private_server.cdc_settings()
     with settings.connect() as conn:
         here = current_offset(conn)
     srv.execute("CREATE DATABASE IF NOT EXISTS q", "CREATE TABLE IF NOT EXISTS q.t (id INT PRIMARY KEY)",
@@ -540,7 +525,7 @@ def test_position_inside_an_event_is_refused_clearly(private_server: MariaDBServ
 
 
 def test_missing_column_names_name_the_setting(private_server: MariaDBServer) -> None:
-    srv, settings = private_server, _settings(private_server)
+    srv, settings = private_server, private_server.cdc_settings()
     srv.execute("CREATE DATABASE IF NOT EXISTS m", "CREATE TABLE IF NOT EXISTS m.t (id INT PRIMARY KEY, v INT)")
     with settings.connect() as conn:
         start = current_offset(conn)
@@ -560,7 +545,7 @@ def test_missing_column_names_name_the_setting(private_server: MariaDBServer) ->
 
 
 def test_partial_row_images_name_the_setting(private_server: MariaDBServer) -> None:
-    srv, settings = private_server, _settings(private_server)
+    srv, settings = private_server, private_server.cdc_settings()
     srv.execute("CREATE DATABASE IF NOT EXISTS r", "CREATE TABLE IF NOT EXISTS r.t (id INT PRIMARY KEY, v INT, w INT)",
                 "INSERT INTO r.t VALUES (1, 1, 1)")  # fmt: skip
     with settings.connect() as conn:

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cdc(server: MariaDBServer, user: str = CDC_USER, password: str = CDC_PASSWORD) -> ConnectionSettings:
-    return ConnectionSettings(host="127.0.0.1", port=server.port, user=user, password=password, ssl=False)
+    return server.cdc_settings(user, password)
 
 
 def _check(settings: ConnectionSettings, tables: list[str] | None = None, **kw: Any) -> SourceReport:

@@ -226,15 +226,14 @@ def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings
 @pytest.mark.timeout(900)
 def test_rotations_and_server_restart_while_streaming(cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """FLUSH BINARY LOGS several times and a MariaDB restart under the running stream: final state equal."""
-    from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-    from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
     server = MariaDBServer()
     server.start()
     try:
         server.execute("CREATE DATABASE rr")
         tables = make_tables(server, "rr")
-        settings = ConnectionSettings("127.0.0.1", server.port, CDC_USER, CDC_PASSWORD, ssl=False)
+        settings = server.cdc_settings()
         store = StateStore(str(tmp_path / "state"), "restart")
         sink = DeltaSink(str(tmp_path / "lake"))
         plan = snapshot_all(spark, settings, store, sink, tables)

@@ -30,7 +30,6 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +64,7 @@ from airflow_provider_mysqlcdc.stream.source import (
     register,
     split_range,
 )
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -80,21 +79,6 @@ _ids = ServerIdAllocator((7400, 7499))
 def binlog_spark(spark):  # type: ignore[no-untyped-def]
     register(spark)
     return spark
-
-
-@pytest.fixture(scope="module")
-def private_server() -> Iterator[MariaDBServer]:
-    """Own server: these tests purge binlog files, which the shared server's other users need."""
-    server = MariaDBServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.destroy()
-
-
-def settings_of(server: MariaDBServer) -> ConnectionSettings:
-    return ConnectionSettings(host="127.0.0.1", port=server.port, user=CDC_USER, password=CDC_PASSWORD, ssl=False)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -497,7 +481,7 @@ def test_e_purged_start_offset_fails_with_the_resnapshot_message(binlog_spark, p
     from pyspark.errors import StreamingQueryException
 
     server = private_server
-    settings = settings_of(server)
+    settings = server.cdc_settings()
     server.execute("CREATE DATABASE IF NOT EXISTS p", "CREATE TABLE p.purged (id INT PRIMARY KEY)")
     with settings.connect() as conn:
         hw = current_offset(conn)
@@ -516,7 +500,7 @@ def test_e_purged_start_offset_fails_with_the_resnapshot_message(binlog_spark, p
 
 def test_f_idle_source_advances_on_other_tables_writes(binlog_spark, private_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     server = private_server
-    settings = settings_of(server)
+    settings = server.cdc_settings()
     server.execute("CREATE DATABASE IF NOT EXISTS q", "CREATE TABLE q.quiet (id INT PRIMARY KEY)",
                    "CREATE TABLE q.busy (id INT PRIMARY KEY)")  # fmt: skip
     with settings.connect() as conn:
@@ -557,7 +541,7 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
     server = MariaDBServer()  # its own: it is stopped and started
     server.start()
     try:
-        settings = settings_of(server)
+        settings = server.cdc_settings()
         server.execute("CREATE DATABASE r", "CREATE TABLE r.t (id INT PRIMARY KEY, v VARCHAR(250))")
         with settings.connect() as conn:
             start = current_offset(conn)

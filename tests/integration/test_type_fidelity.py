@@ -280,7 +280,7 @@ def snapshot_read(spark: Any, settings: ConnectionSettings, schema: TableSchema,
 def matrix(mariadb: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     db = "types_" + uuid.uuid4().hex[:8]
     table = f"`{db}`.`alltypes`"
-    settings = ConnectionSettings(host="127.0.0.1", port=mariadb.port, user="cdc", password="cdc-pass", ssl=False)
+    settings = mariadb.cdc_settings()
     mariadb.execute(f"CREATE DATABASE `{db}`", DDL.format(t=table))
     try:
         file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
@@ -419,7 +419,7 @@ def test_jdbc_path_does_not_depend_on_the_jvm_time_zone(matrix: Matrix, spark: A
     them in the JVM zone: 1582-10-15 came out as 1582-10-04 23:56:02), which build_spark_session
     sets. The legacy driver mode is checked as a control: it shifts every DATETIME by 5 hours.
     """
-    settings = ConnectionSettings(host="127.0.0.1", port=mariadb.port, user="cdc", password="cdc-pass", ssl=False)
+    settings = mariadb.cdc_settings()
     tz = spark._jvm.java.util.TimeZone
     saved = tz.getDefault()
     cols = ["id", "c_dt", "c_dt6", "c_ts", "c_ts0", "c_date"]
