@@ -231,6 +231,27 @@ class MariaDBServer:
             cur.execute(sql, args)
             return list(cur.fetchall())
 
+    def flush_binary_logs(self, count: int = 1, timeout: float = 30.0) -> None:
+        """FLUSH BINARY LOGS ``count`` times and wait until the server has settled the new file.
+
+        Why wait: after a rotation MariaDB writes a ``Binlog_checkpoint`` event naming the new
+        file into it asynchronously (measured 0.5-0.9 s later here), once the engine has made the
+        previous file's transactions durable. A test that takes SHOW MASTER STATUS right after the
+        flush and expects the next transaction to start exactly there would race that 43-byte
+        event; waiting for it makes positions after a flush deterministic.
+        """
+        for _ in range(count):
+            self.execute("FLUSH BINARY LOGS")
+        current = self.query("SHOW MASTER STATUS")[0][0]
+        deadline = time.monotonic() + timeout
+        while True:
+            events = self.query(f"SHOW BINLOG EVENTS IN '{current}'")
+            if any(e[2] == "Binlog_checkpoint" and str(e[5]).strip() == current for e in events):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no Binlog_checkpoint for {current} after {timeout:.0f} s: {events}")
+            time.sleep(0.02)
+
 
 @contextlib.contextmanager
 def running_server(settings: ServerSettings | None = None):  # type: ignore[no-untyped-def]

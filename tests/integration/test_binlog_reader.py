@@ -204,10 +204,10 @@ def test_positions_match_show_binlog_events(mariadb, db, cdc_settings, cdc_conn)
     mariadb.execute(f"INSERT INTO `{db}`.t VALUES (1, 'x')")
     mariadb.execute("BEGIN", f"INSERT INTO `{db}`.t VALUES (2, REPEAT('y', 20000))",
                     "SAVEPOINT s1", f"UPDATE `{db}`.t SET v = 'z'", "COMMIT")  # fmt: skip
-    mariadb.execute("FLUSH BINARY LOGS")
+    mariadb.flush_binary_logs()
     mariadb.execute(f"ALTER TABLE `{db}`.t ADD COLUMN w INT")  # a standalone (DDL) transaction
     mariadb.execute(f"INSERT INTO `{db}`.t VALUES (3, 'w', 7)")
-    mariadb.execute("FLUSH BINARY LOGS")
+    mariadb.flush_binary_logs()
     mariadb.execute(f"DELETE FROM `{db}`.t WHERE id = 1")
     end = current_offset(cdc_conn)
 
@@ -256,7 +256,7 @@ def test_tx_offset_is_show_master_status_before_the_transaction(mariadb, db, cdc
     start = current_offset(cdc_conn)
     for i in range(1, 7):
         if i == 4:
-            mariadb.execute("FLUSH BINARY LOGS")
+            mariadb.flush_binary_logs()
         if i % 2:
             mariadb.execute(f"INSERT INTO `{db}`.other VALUES ({i})")  # a transaction of another table
         before[i] = current_offset(cdc_conn)
@@ -305,8 +305,8 @@ def test_flush_binary_logs_inside_the_range(mariadb, db, cdc_settings, cdc_conn)
         mariadb.execute(f"INSERT INTO `{db}`.t VALUES ({i}, 'x')")
         expected.append(i)
         if i % 2 == 0:
-            mariadb.execute("FLUSH BINARY LOGS")
-    mariadb.execute("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")  # empty files inside the range too
+            mariadb.flush_binary_logs()
+    mariadb.flush_binary_logs(2)  # empty files inside the range too
     end = current_offset(cdc_conn)
     assert end.file_number >= start.file_number + 5 and end.pos < start.pos
     changes, reader = read(cdc_settings, start, end, [f"{db}.t"])
@@ -330,7 +330,7 @@ def test_resume_from_position_gives_exactly_the_rest(mariadb, db, cdc_settings, 
                         f"INSERT INTO `{db}`.u VALUES ({i})", "COMMIT")  # fmt: skip
         mariadb.execute(f"UPDATE `{db}`.t SET v = v + 1 WHERE id = {i * 10}")
         if i % 3 == 2:
-            mariadb.execute("FLUSH BINARY LOGS")
+            mariadb.flush_binary_logs()
     end = current_offset(cdc_conn)
     tables = [f"{db}.t", f"{db}.u"]
     full, _ = read(cdc_settings, start, end, tables)
@@ -359,7 +359,9 @@ def test_resume_from_position_gives_exactly_the_rest(mariadb, db, cdc_settings, 
 def test_non_blocking_without_end_reads_to_the_binlog_end(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
     mariadb.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY)")
     start = current_offset(cdc_conn)
-    mariadb.execute(f"INSERT INTO `{db}`.t VALUES (1)", "FLUSH BINARY LOGS", f"INSERT INTO `{db}`.t VALUES (2)")
+    mariadb.execute(f"INSERT INTO `{db}`.t VALUES (1)")
+    mariadb.flush_binary_logs()
+    mariadb.execute(f"INSERT INTO `{db}`.t VALUES (2)")
     now = current_offset(cdc_conn)
     changes, reader = read(cdc_settings, start, None, [f"{db}.t"])
     assert [c.after["id"] for c in changes] == [1, 2]

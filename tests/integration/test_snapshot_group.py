@@ -102,7 +102,7 @@ def _dml_everything(mariadb: Any, table: str, rotate: bool) -> None:
     for i, s in enumerate(stmts):
         mariadb.execute(s)
         if rotate and i % 4 == 3:
-            mariadb.execute("FLUSH BINARY LOGS")
+            mariadb.flush_binary_logs()
     # several changes to one key in one window: the last one must win
     for v in range(5):
         mariadb.execute(f"UPDATE {table} SET v = {100 + v} WHERE id = 47")
@@ -158,9 +158,9 @@ def test_window_spans_rotation_and_many_files(mariadb, db, cdc_settings, spark, 
 
     def rotate_and_write() -> None:
         for i in range(6):
-            mariadb.execute("FLUSH BINARY LOGS")
+            mariadb.flush_binary_logs()
             mariadb.execute(f"UPDATE {table} SET v = v + 1 WHERE id BETWEEN {i * 200 + 1} AND {i * 200 + 50}")
-        mariadb.execute("FLUSH BINARY LOGS")
+        mariadb.flush_binary_logs()
 
     result = run_snapshot_group(
         spark, cdc_settings, store, "p1", 0, sink, test_hooks=SnapshotTestHooks(after_low_watermark=rotate_and_write)
@@ -325,3 +325,16 @@ def test_case_insensitive_string_keys(point: str, mariadb, db, cdc_settings, spa
     with cdc_settings.connect() as conn:
         cmp = compare(conn, plan.tables[f"{db}.ci"], sink.read(f"{db}.ci"))
     assert cmp.match, cmp.first_difference
+
+
+def test_alter_table_during_the_snapshot_fails_the_group(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The chunks are read with the plan's columns: an ALTER inside the window must not lose a column."""
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    hooks = SnapshotTestHooks(after_low_watermark=lambda: mariadb.execute(f"ALTER TABLE {table} ADD COLUMN z INT"))
+    with pytest.raises(SnapshotError, match=r"changed since plan p1 .* trigger the DAG again"):
+        run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, test_hooks=hooks)
+    assert sink.read(table).num_rows == 0
+    assert store.read_group_results("p1", 0) is None
