@@ -1,7 +1,7 @@
 # The two commands a new user needs (see README.md):
 #   make demo   - run the whole pipeline end to end on the embedded default
 #   make test   - run the test suite (real MariaDB, real Spark local[2], real Airflow test mode)
-.PHONY: bootstrap test demo lint bench-split
+.PHONY: bootstrap test demo demo-stop lint bench-split
 
 LINT_PATHS := $(wildcard airflow_provider_mysqlcdc dags spark_jobs tests bench)
 
@@ -16,7 +16,10 @@ test: bootstrap
 	.venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: bootstrap
-	.venv/bin/python -m airflow_provider_mysqlcdc.demo
+	.venv/bin/python -m airflow_provider_mysqlcdc.demo $(ARGS)
+
+demo-stop:
+	.venv/bin/python -m airflow_provider_mysqlcdc.demo --stop
 
 bench-split: bootstrap
 	.venv/bin/python bench/split.py

@@ -90,6 +90,40 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_provider_mysqlcdc.pipeline import pipeline_status
+    from airflow_provider_mysqlcdc.state import StateStore
+
+    store = StateStore(args.state_root, args.pipeline)
+    server_offset, problem = None, None
+    try:
+        with _settings(args.conn_id).connect() as conn:
+            from airflow_provider_mysqlcdc.source.server import current_offset
+
+            server_offset = current_offset(conn)
+    except (SystemExit, Exception) as exc:  # status must work while the source is down
+        problem = str(exc).removeprefix("error: ")
+    out = pipeline_status(store, server_offset)
+    if problem:
+        out["server_offset_error"] = problem
+    print(json.dumps(out, indent=None if args.compact else 2, default=str))
+    return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.stream.control import request_stop
+
+    out = request_stop(StateStore(args.state_root, args.pipeline), timeout=args.timeout)
+    print(json.dumps(out, indent=2, default=str))
+    print(
+        f"stream of {args.pipeline}: " + ("stopped" if out["stopped"] else "was not running")
+        + f" (committed offset {out['committed_offset']})",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
     from airflow_provider_mysqlcdc.source.planner import DEFAULT_CHUNKS_PER_GROUP
@@ -117,13 +151,31 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--chunks-per-group", type=int, default=DEFAULT_CHUNKS_PER_GROUP)
     pl.add_argument("--compact", action="store_true", help="one-line JSON")
     pl.set_defaults(func=cmd_plan)
+
+    def pipeline_args(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--pipeline", required=True, help="pipeline id (the DAG's pipeline_id param)")
+        sp.add_argument("--state-root", required=True, help="the pipeline's state store (directory or URL)")
+
+    st = sub.add_parser("status", help="the stream's state, offsets and lag, and each table's phase, as JSON")
+    pipeline_args(st)
+    st.add_argument("--conn-id", default="mysql_cdc_default", help="source connection, for the server's offset")
+    st.add_argument("--compact", action="store_true", help="one-line JSON")
+    st.set_defaults(func=cmd_status)
+
+    sp = sub.add_parser("stop", help="stop the pipeline's stream after its running micro-batch")
+    pipeline_args(sp)
+    sp.add_argument("--timeout", type=float, default=300.0, help="seconds before a hard stop (same host only)")
+    sp.set_defaults(func=cmd_stop)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Importing Airflow configures logging to stdout; stdout is for results (JSON), logs go to stderr.
-    import airflow_provider_mysqlcdc.hooks.mysql_cdc  # noqa: F401
+    import contextlib
+
+    with contextlib.redirect_stdout(sys.stderr):
+        import airflow_provider_mysqlcdc.hooks.mysql_cdc  # noqa: F401
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))

@@ -2,18 +2,22 @@
 
 Starts a private MariaDB with a ROW binlog (never the one on 3306), loads a small shop schema
 (~1M rows in four tables: integer, composite and case-insensitive VARCHAR keys), runs the source
-check, plans the chunks, snapshots every split group with Spark ``local[*]`` into Delta tables
-under ``.demo/lake`` — with a writer changing rows while the snapshot runs — and prints a
-verification table comparing each Delta table with its source as of the snapshot.
+runs the example DAG ``mysql_cdc`` with ``airflow dags test`` (plan, mapped snapshot tasks with
+Spark ``local[*]``, the detached binlog stream, the catch-up sensor) into Delta tables under
+``.demo/lake`` while a writer changes rows, lets the writer run on under the stream, waits for the
+stream to catch up and prints a verification table comparing each Delta table with its source.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import random
+import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -103,98 +107,137 @@ class DemoWriter(threading.Thread):
         conn.close()
 
 
+def _airflow_env(work: Path, server: object, spark_master: str) -> dict[str, str]:
+    from airflow_provider_mysqlcdc.testing.airflow_env import airflow_environment
+
+    env = {**os.environ, **airflow_environment(work / "airflow")}
+    env["AIRFLOW_CONN_MYSQL_CDC_DEFAULT"] = server.airflow_conn_json()  # type: ignore[attr-defined]
+    env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": spark_master})
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+_SHOW = re.compile(
+    r"(\[DAG TEST\] (starting|end) task|plan \S+:|snapshot group \d+ of plan|group \d+: \d+ chunks|"
+    r"starting the stream|the stream runs|stopping the running stream|finalized|caught up|ERROR|error:|Failed|failed)"
+)
+
+
+def _run_dags_test(env: dict[str, str], conf: dict[str, object], log_path: Path) -> tuple[int, float, float]:
+    """``airflow dags test mysql_cdc -c <conf>``, echoing the interesting lines; returns (rc, snapshot s, total s)."""
+    cmd = [sys.executable, "-m", "airflow", "dags", "test", "mysql_cdc", "-c", json.dumps(conf)]
+    print("running: airflow dags test mysql_cdc -c '" + json.dumps(conf) + "'", flush=True)
+    t0 = time.monotonic()
+    snap_start = snap_end = None
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            logf.write(line)
+            if "task_id=snapshot" in line and "[DAG TEST] starting" in line and snap_start is None:
+                snap_start = time.monotonic()
+            if "task_id=snapshot" in line and "[DAG TEST] end" in line:
+                snap_end = time.monotonic()
+            if _SHOW.search(line) and "running task" not in line:
+                text = re.sub(r"\s+\[(airflow|py\.warnings)[^\]]*\].*$", "", line.rstrip())
+                print("  " + re.sub(r"^\S+Z \[\w+\s*\] ", "", text)[:220], flush=True)
+        rc = proc.wait()
+    snap = (snap_end - snap_start) if snap_start and snap_end else 0.0
+    return rc, snap, time.monotonic() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", default=".demo")
     p.add_argument("--scale", type=float, default=1.0, help="data size factor (1.0 = ~1M rows)")
     p.add_argument("--chunk-size", type=int, default=50_000)
-    p.add_argument("--chunks-per-group", type=int, default=8)
-    p.add_argument("--stream-seconds", type=float, default=15.0, help="how long the writer runs under the stream")
+    p.add_argument("--chunks-per-task", type=int, default=8)
+    p.add_argument("--spark-master", default="local[*]")
+    p.add_argument("--stream-seconds", type=float, default=15.0, help="how long the writer runs after the DAG run")
+    p.add_argument(
+        "--keep-running", action="store_true",
+        help="leave MariaDB and the stream running at the end (stop them with 'make demo-stop')",
+    )
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s", stream=sys.stderr)
+
+    from airflow_provider_mysqlcdc.testing.airflow_env import airflow_environment
+
+    work = Path(args.workdir).resolve()
+    os.environ.update(airflow_environment(work / "airflow"))  # before anything imports Airflow
 
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-    from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-    from airflow_provider_mysqlcdc.source.checks import check_source
-    from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+    from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
     from airflow_provider_mysqlcdc.source.server import current_offset
-    from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
-    from airflow_provider_mysqlcdc.stream.job import (
-        MANIFEST,
-        StreamOptions,
-        start_stream,
-        stop_gracefully,
-        wait_until_caught_up,
-    )
-    from airflow_provider_mysqlcdc.stream.manifest import build_manifest
+    from airflow_provider_mysqlcdc.stream.control import request_stop, stream_state, wait_until_applied
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
     from airflow_provider_mysqlcdc.verify import compare
 
-    work = Path(args.workdir).resolve()
+    if (work / "mariadb" / "mysqld.pid").exists():
+        _stop_leftovers(work)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     server = MariaDBServer(work / "mariadb")
     print(f"starting a private MariaDB with a ROW binlog in {work / 'mariadb'} ...", flush=True)
     server.start()
-    spark = None
+    store = StateStore(str(work / "state"), "demo")
+    keep = False
     try:
         t = time.monotonic()
         counts = load_schema(server, args.scale)
         print(f"loaded demo schema: {counts} in {time.monotonic() - t:.1f}s", flush=True)
-        settings = server.cdc_settings()
-        with settings.connect() as conn:
-            report = check_source(conn, TABLES)
-            print(report.summary(), flush=True)
-            if not report.ok:
-                return 1
-            plan = plan_snapshot(conn, TABLES, args.chunk_size, args.chunks_per_group)
-        print(f"plan: {len(plan.splits)} chunks in {len(plan.groups)} split groups ({plan.methods})", flush=True)
-        store = StateStore(str(work / "state"), "demo")
-        store.write_plan("p1", plan.to_dict())
-        sink = DeltaSink(str(work / "lake"))
-        spark = build_spark_session("mysqlcdc-demo", master="local[*]")
-
+        env = _airflow_env(work, server, args.spark_master)
+        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+        conf = {
+            "pipeline_id": "demo",
+            "tables": TABLES,
+            "sink_root": str(work / "lake"),
+            "state_root": str(work / "state"),
+            "chunk_size": args.chunk_size,
+            "chunks_per_task": args.chunks_per_task,
+            "stream_mode": "detached",
+        }
         writer = DemoWriter(server)
         writer.start()
-        t0 = time.monotonic()
-        results = []
-        for g in plan.groups:
-            results.append(run_snapshot_group(spark, settings, store, "p1", g.group_id, sink))
-        secs = time.monotonic() - t0
-        rows = sum(r.rows for r in results)
+        rc, snap_secs, total = _run_dags_test(env, conf, work / "airflow-dags-test.log")
+        if rc != 0:
+            writer.stop_event.set()
+            print(f"the DAG run failed (exit {rc}); its log: {work / 'airflow-dags-test.log'}", flush=True)
+            return 1
+        plan_id = _last_plan(store)
+        snap_rows = sum(r.rows for r in store.read_all_results(plan_id))
+        n_groups = len(store.read_plan(plan_id)["groups"])
+        in_job = sum(
+            float((store.read_group_results(plan_id, g) or {}).get("summary", {}).get("seconds", 0.0))
+            for g in range(n_groups)
+        )
         print(
-            f"snapshot: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s into Delta, while a writer ran "
-            f"{writer.transactions} transactions "
-            f"({sum(r.window_changes for r in results)} replayed from binlog windows)",
+            f"DAG run finished in {total:.0f}s; snapshot: {snap_rows:,} rows in {n_groups} mapped tasks, "
+            f"{snap_rows / max(in_job, 1e-9):,.0f} rows/s inside the Spark jobs, "
+            f"{snap_rows / max(snap_secs, 1e-9):,.0f} rows/s wall clock including each spark-submit's start-up "
+            "(dags test runs mapped tasks one after another)",
             flush=True,
         )
-        manifest = build_manifest(plan, store.read_all_results("p1"))
-        store.write_json(MANIFEST, manifest)
-        print(f"stream: starting from the minimum high watermark {manifest['start_offset']}", flush=True)
-        query = start_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5))
-        try:
-            time.sleep(args.stream_seconds)  # the writer keeps writing while the stream runs
-            writer.stop_event.set()
-            writer.join()
-            with settings.connect() as conn:
-                target = current_offset(conn)
-            t1 = time.monotonic()
-            wait_until_caught_up(query, target)
-            status = store.read_json("stream/status.json") or {}
-            print(
-                f"stream: caught up with {target} {time.monotonic() - t1:.1f}s after the writer stopped "
-                f"({writer.transactions} writer transactions in all); last batch lag {status.get('lag_seconds')}s",
-                flush=True,
-            )
-        finally:
-            stop_gracefully(query)
+        time.sleep(args.stream_seconds)  # the writer keeps writing while the detached stream runs
+        writer.stop_event.set()
+        writer.join()
+        settings = server.cdc_settings()
+        with settings.connect() as conn:
+            target = current_offset(conn)
+        t1 = time.monotonic()
+        st = wait_until_applied(store, target, timeout=600)
+        print(
+            f"stream: caught up with {target} {time.monotonic() - t1:.1f}s after the writer stopped "
+            f"({writer.transactions} writer transactions in all); last batch lag {st['lag_seconds']}s",
+            flush=True,
+        )
         print(f"\n{'table':<20} {'source rows':>12} {'sink rows':>12}  checksum match")
         ok = True
+        sink = DeltaSink(str(work / "lake"))
         with settings.connect() as conn:
             for t in TABLES:
-                cmp = compare(conn, plan.tables[t], sink.read(t))
+                cmp = compare(conn, read_table_schema(conn, TableId.parse(t)), sink.read(t))
                 ok &= cmp.match
                 print(
                     f"{t:<20} {cmp.source_rows:>12} {cmp.sink_rows:>12}  {'yes' if cmp.match else 'NO'}"
@@ -205,16 +248,61 @@ def main(argv: list[str] | None = None) -> int:
             f'  .venv/bin/python -c "from deltalake import DeltaTable, QueryBuilder; '
             f"print(QueryBuilder().register('o', DeltaTable('{work / 'lake' / 'shop' / 'orders'}'))"
             f".execute('SELECT status, count(*) AS n FROM o GROUP BY status').read_all())\"\n"
-            f"The pipeline state (plan, chunk results, stream manifest and checkpoint) is in {work / 'state'}.\n"
-            "Everything the demo started has been stopped.",
+            f"Pipeline status: .venv/bin/python -m airflow_provider_mysqlcdc status --pipeline demo "
+            f"--state-root {work / 'state'}\n"
+            f"Airflow's log of the DAG run: {work / 'airflow-dags-test.log'}; the stream's driver log: "
+            f"{stream_state(store)['log_path']}",
             flush=True,
         )
+        keep = args.keep_running and ok
+        if keep:
+            print(
+                "\nMariaDB and the stream keep running. Stop everything with:  make demo-stop\n"
+                f"  (= .venv/bin/python -m airflow_provider_mysqlcdc stop --pipeline demo --state-root {work / 'state'}"
+                f" and kill $(cat {work / 'mariadb' / 'mysqld.pid'}))",
+                flush=True,
+            )
         return 0 if ok else 1
     finally:
-        if spark is not None:
-            spark.stop()
-        server.stop()
+        if not keep:
+            request_stop(store, timeout=120)
+            server.stop()
+            print("stopped the stream (python -m airflow_provider_mysqlcdc stop) and the private MariaDB.", flush=True)
+
+
+def _last_plan(store: object) -> str:
+    pointer = store.read_json("current_plan.json") or {}  # type: ignore[attr-defined]
+    return str(pointer.get("plan_id"))
+
+
+def _stop_leftovers(work: Path) -> None:
+    """A previous ``--keep-running`` demo: stop its stream and its MariaDB before starting afresh."""
+    import signal
+
+    from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.stream.control import request_stop
+
+    if (work / "state" / "demo").exists():
+        request_stop(StateStore(str(work / "state"), "demo"), timeout=120)
+    pid_file = work / "mariadb" / "mysqld.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(120):
+            os.kill(pid, 0)
+            time.sleep(0.5)
+    except (OSError, ValueError):
+        pass
+
+
+def stop_main() -> int:
+    """``make demo-stop``: stop what ``make demo ARGS=--keep-running`` left running."""
+    _stop_leftovers(Path(".demo").resolve())
+    print("stopped the demo's stream and MariaDB", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stop"]:
+        sys.exit(stop_main())
     sys.exit(main())

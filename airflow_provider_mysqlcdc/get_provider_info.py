@@ -46,6 +46,22 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_provider_mysqlcdc.hooks.mysql_cdc"],
             }
         ],
+        "operators": [
+            {
+                "integration-name": "MySQL CDC",
+                "python-modules": [
+                    "airflow_provider_mysqlcdc.operators.plan",
+                    "airflow_provider_mysqlcdc.operators.snapshot",
+                    "airflow_provider_mysqlcdc.operators.stream",
+                ],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.sensors.stream"]}
+        ],
+        "triggers": [
+            {"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.triggers.stream"]}
+        ],
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_mysqlcdc.hooks.mysql_cdc.MySqlCdcHook",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -147,6 +148,15 @@ class StateStore:
 
     def read_group_results(self, plan_id: str, group_id: int) -> dict[str, Any] | None:
         return self.read_json(f"plans/{plan_id}/results/group-{group_id:05d}.json")
+
+    def write_group_error(self, plan_id: str, group_id: int, message: str) -> None:
+        self.write_json(f"plans/{plan_id}/errors/group-{group_id:05d}.json", {"error": message, "at": time.time()})
+
+    def read_group_error(self, plan_id: str, group_id: int) -> dict[str, Any] | None:
+        return self.read_json(f"plans/{plan_id}/errors/group-{group_id:05d}.json")
+
+    def clear_group_error(self, plan_id: str, group_id: int) -> None:
+        self.delete(f"plans/{plan_id}/errors/group-{group_id:05d}.json")
 
     def read_all_results(self, plan_id: str) -> list[ChunkResult]:
         out: list[ChunkResult] = []

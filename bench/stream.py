@@ -82,7 +82,14 @@ from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream import job as stream_job
-from airflow_provider_mysqlcdc.stream.job import MANIFEST, STATUS, StreamOptions, start_stream, stop_gracefully
+from airflow_provider_mysqlcdc.stream.job import (
+    MANIFEST,
+    STATUS,
+    StreamOptions,
+    progress_end_offset,
+    start_stream,
+    stop_gracefully,
+)
 from airflow_provider_mysqlcdc.stream.manifest import build_manifest, table_schemas_from_manifest
 from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
@@ -295,15 +302,6 @@ def _epoch(iso: str) -> float:
     return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def _end_offset(prog: dict[str, Any] | None) -> BinlogOffset | None:
-    if not prog or not prog.get("sources"):
-        return None
-    end = prog["sources"][0].get("endOffset")
-    if not end:
-        return None
-    return BinlogOffset.from_dict(json.loads(end) if isinstance(end, str) else end)
-
-
 def wait_caught_up(query: Any, target: BinlogOffset, timeout: float) -> dict[str, Any]:
     """Poll until a finished batch's endOffset >= target; returns that batch's progress."""
     deadline = time.monotonic() + timeout
@@ -312,7 +310,7 @@ def wait_caught_up(query: Any, target: BinlogOffset, timeout: float) -> dict[str
         if exc is not None:
             raise RuntimeError(f"the stream failed: {exc}")
         for prog in query.recentProgress:
-            off = _end_offset(prog)
+            off = progress_end_offset(prog)
             if off is not None and off >= target:
                 return prog
         time.sleep(0.1)
@@ -342,7 +340,7 @@ def throughput_run(
     t_started = time.time()
     try:
         last = wait_caught_up(query, target, timeout=300)
-        progress = [p for p in query.recentProgress if _end_offset(p) is not None]
+        progress = [p for p in query.recentProgress if progress_end_offset(p) is not None]
     finally:
         stop_gracefully(query)
     cats1 = timings.meter.by_category()

@@ -1,73 +1,13 @@
-"""spark-submit entry point: snapshot one split group (watermark-bracketed) into the Delta sink.
+"""spark-submit entry point: snapshot one split group into the sink.
 
-    spark-submit spark_jobs/snapshot.py --state-root /data/state --pipeline-id shop \
-        --plan-id 20261122T0300 --group-id 3 --sink-root /data/lake
-
-The source connection arrives as JSON in the environment variable named by ``--source-env``
-(default ``MYSQLCDC_SOURCE``), never on the command line (it would show in ``ps``). The job writes
-its chunk results to the state store and prints ``MYSQLCDC_RESULT <json summary>``; the exit code
-is 0 on success, 1 on a clear failure (an ``error: ...`` line says what to fix), other codes for
-crashes. (spark-submit merges the Python driver's stderr into its stdout.)
+A thin wrapper so the job can be submitted from a checkout; the code lives in the installed
+provider (``airflow_provider_mysqlcdc/jobs/snapshot.py``, which the snapshot operator submits by
+default). See that module for the arguments.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import logging
-import os
 import sys
 
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--state-root", required=True)
-    p.add_argument("--pipeline-id", required=True)
-    p.add_argument("--plan-id", required=True)
-    p.add_argument("--group-id", required=True, type=int)
-    p.add_argument("--sink-root", required=True)
-    p.add_argument("--source-env", default="MYSQLCDC_SOURCE")
-    p.add_argument("--skip-backfill", action="store_true")
-    p.add_argument("--fetch-size", type=int, default=10_000)
-    p.add_argument("--jdbc-jar", default=None)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-    from airflow_provider_mysqlcdc.snapshot.group import SnapshotError, SnapshotOptions, run_snapshot_group
-    from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-    from airflow_provider_mysqlcdc.spark_session import build_spark_session
-    from airflow_provider_mysqlcdc.state import StateStore
-
-    raw = os.environ.get(args.source_env)
-    if not raw:
-        print(
-            f"error: environment variable {args.source_env} with the source connection JSON is not set", file=sys.stderr
-        )
-        return 1
-    settings = ConnectionSettings.from_dict(json.loads(raw))
-    spark = build_spark_session(
-        f"mysqlcdc-snapshot-{args.pipeline_id}-g{args.group_id}", master=None, jdbc_jar=args.jdbc_jar
-    )
-    try:
-        result = run_snapshot_group(
-            spark,
-            settings,
-            StateStore(args.state_root, args.pipeline_id),
-            args.plan_id,
-            args.group_id,
-            DeltaSink(args.sink_root),
-            SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size),
-        )
-    except SnapshotError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
-    # spark-submit merges the Python driver's stderr into its stdout: mark the result line.
-    print("MYSQLCDC_RESULT " + json.dumps(result.summary()), flush=True)
-    return 0
-
+from airflow_provider_mysqlcdc.jobs.snapshot import main
 
 if __name__ == "__main__":
     sys.exit(main())

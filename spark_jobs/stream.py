@@ -1,69 +1,13 @@
-"""spark-submit entry point: the long-lived binlog stream of a pipeline into the Delta sink.
+"""spark-submit entry point: the long-lived binlog stream of a pipeline into the sink.
 
-    spark-submit --jars /usr/share/java/mariadb-java-client.jar spark_jobs/stream.py \
-        --state-root /data/state --pipeline-id shop --sink-root /data/lake
-
-Reads the stream manifest from the state store (built by the stream operator from the snapshot's
-high watermarks) and resumes from the checkpoint there when it exists. SIGTERM stops it once the
-running micro-batch has finished. The source connection arrives as JSON in ``$MYSQLCDC_SOURCE``.
+A thin wrapper so the job can be submitted from a checkout; the code lives in the installed
+provider (``airflow_provider_mysqlcdc/jobs/stream.py``, which the stream operator submits by
+default). See that module for the arguments.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import logging
-import os
 import sys
 
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--state-root", required=True)
-    p.add_argument("--pipeline-id", required=True)
-    p.add_argument("--sink-root", required=True)
-    p.add_argument("--source-env", default="MYSQLCDC_SOURCE")
-    p.add_argument("--trigger-seconds", type=float, default=1.0)
-    p.add_argument("--max-events-per-trigger", type=int, default=200_000)
-    p.add_argument("--max-bytes-per-trigger", type=int, default=32 * 1024 * 1024)
-    p.add_argument("--readers", type=int, default=None)
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-    from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-    from airflow_provider_mysqlcdc.spark_session import build_spark_session
-    from airflow_provider_mysqlcdc.state import StateStore
-    from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_until_stopped, start_stream
-
-    raw = os.environ.get(args.source_env)
-    if not raw:
-        print(f"error: environment variable {args.source_env} with the source connection JSON is not set")
-        return 1
-    settings = ConnectionSettings.from_dict(json.loads(raw))
-    spark = build_spark_session(f"mysqlcdc-stream-{args.pipeline_id}", master=None)
-    try:
-        query = start_stream(
-            spark,
-            settings,
-            StateStore(args.state_root, args.pipeline_id),
-            DeltaSink(args.sink_root),
-            StreamOptions(
-                trigger_seconds=args.trigger_seconds,
-                max_events_per_trigger=args.max_events_per_trigger,
-                max_bytes_per_trigger=args.max_bytes_per_trigger,
-                readers=args.readers,
-            ),
-        )
-        run_until_stopped(query)
-    except Exception as exc:  # the message of a failed stream is what the operator shows
-        print(f"error: {exc}", flush=True)
-        return 1
-    finally:
-        spark.stop()
-    print("MYSQLCDC_RESULT " + json.dumps({"stopped": True}), flush=True)
-    return 0
-
+from airflow_provider_mysqlcdc.jobs.stream import main
 
 if __name__ == "__main__":
     sys.exit(main())

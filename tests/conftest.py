@@ -18,6 +18,9 @@ _AIRFLOW_HOME = tempfile.mkdtemp(prefix="mysqlcdc-airflow-home-")
 os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+os.environ.setdefault(
+    "AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags")
+)
 
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings  # noqa: E402
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer  # noqa: E402
@@ -42,6 +45,14 @@ def private_server() -> Iterator[MariaDBServer]:
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """The metadata DB of the private AIRFLOW_HOME, for ``dag.test()`` (migrated once, ~4 s)."""
+    from airflow_provider_mysqlcdc.testing.airflow_env import migrate_db
+
+    migrate_db()
 
 
 @pytest.fixture

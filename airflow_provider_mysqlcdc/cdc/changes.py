@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 
-Op = Literal["c", "u", "d"]
+Op = Literal["c", "u", "d", "s"]  # "s": a DDL statement on the table (after = {"kind", "sql"})
 CREATE: Op = "c"
 UPDATE: Op = "u"
 DELETE: Op = "d"

@@ -534,7 +534,7 @@ def select_list(table_schema: TableSchema) -> str:
 RowConverter = Callable[..., dict[str, Any]]
 
 
-def binlog_row_converter(table_schema: TableSchema) -> RowConverter:
+def binlog_row_converter(table_schema: TableSchema, added_columns: Iterable[str] = ()) -> RowConverter:
     """``convert(values, none_sources=None) -> row`` for one table's binlog row images.
 
     ``values`` is a pymysqlreplication image (``row["values"]``, ``row["before_values"]`` or
@@ -543,13 +543,18 @@ def binlog_row_converter(table_schema: TableSchema) -> RowConverter:
     ``after_none_sources``; pass it so an empty SET is not mistaken for NULL.
 
     A missing column (MINIMAL row image, or the table changed since ``table_schema`` was read)
-    raises ``ValueError`` naming it: guessing would write NULLs over real data.
+    raises ``ValueError`` naming it: guessing would write NULLs over real data. The exception is
+    ``added_columns``: columns the stream added to the table (ALTER TABLE ... ADD COLUMN) are NULL
+    in images written before the ALTER, as they are in the sink's older rows.
     """
     cts = column_types(table_schema)
     plan = [(ct.name, ct.from_binlog) for ct in cts]
     names = {ct.name for ct in cts}
+    optional = set(added_columns) & names
 
     def convert(values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+        if optional and not optional <= values.keys():
+            values = {**dict.fromkeys(optional), **values}
         try:
             if none_sources:
                 return {n: f(values[n], none_sources.get(n)) for n, f in plan}

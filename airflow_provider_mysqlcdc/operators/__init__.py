@@ -1,0 +1,12 @@
+"""Operators: plan a run, snapshot split groups (mapped), launch and stop the binlog stream."""
+
+from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
+from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
+from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStopStreamOperator, MySqlCdcStreamOperator
+
+__all__ = [
+    "MySqlCdcPlanOperator",
+    "MySqlCdcSnapshotOperator",
+    "MySqlCdcStopStreamOperator",
+    "MySqlCdcStreamOperator",
+]

@@ -123,30 +123,70 @@ class DeltaSink:
         """One Delta commit: remove this group's earlier files, add ``files``. Returns the new version."""
         uri = self.table_uri(table)
         prefix = _group_prefix(group_key)
-        now = int(time.time() * 1000)
+
+        def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
+            removes = [_remove(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
+            return removes, _add_actions(uri, files, primary_key or [], now, prefix)
+
+        version, removed, _ = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=False)
+        log.info(
+            "%s: committed group %s (%d files, %d rows; replaced %d earlier files) as version %s",
+            table, group_key, len(files), sum(f.rows for f in files), removed, version,
+        )
+        assert version is not None
+        return version
+
+    def replace_with_files(
+        self,
+        table: str,
+        files: list[StagedFile],
+        schema: pa.Schema,
+        metadata: dict[str, Any],
+        primary_key: list[str] | None = None,
+    ) -> int | None:
+        """One Delta commit after which the table holds exactly ``files`` (a re-snapshot's swap).
+
+        Readers see the old table until this commit and the new one after it, never a mix and
+        never an empty table. Set-based, so a repeat after a crash is a no-op: files already in the
+        table stay, every other file is removed. Returns the new version, or None if nothing changed.
+        """
+        uri = self.table_uri(table)
+        wanted = {_relative(uri, f.path): f for f in files}
+
+        def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
+            removes = [_remove(p, sz, now) for p, sz in have.items() if p not in wanted]
+            return removes, _add_actions(uri, [f for p, f in wanted.items() if p not in have], primary_key or [], now)
+
+        version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True)
+        if version is None:
+            log.info("%s: already holds exactly the re-snapshot's %d files", table, len(wanted))
+        else:
+            log.info(
+                "%s: replaced %d files with the re-snapshot's %d files (%d rows) as version %s",
+                table, removed, added, sum(f.rows for f in files), version,
+            )
+        return version
+
+    def _commit_files(
+        self,
+        table: str,
+        actions: Callable[[dict[str, int], int], tuple[list[RemoveAction], list[AddAction]]],
+        schema: pa.Schema,
+        metadata: dict[str, Any],
+        skip_if_unchanged: bool,
+    ) -> tuple[int | None, int, int]:
+        """Commit ``actions(current files, now)`` as one transaction, retrying on a concurrent commit.
+
+        Every attempt re-reads the table and recomputes its actions, so a retry after a conflict (a
+        version taken, or a MERGE that rewrote files this commit read) is safe.
+        """
         for attempt in range(20):
             dt = self.open(table)
-            old = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
-            removes = [
-                RemoveAction(path=p, data_change=True, deletion_timestamp=now, size=sz)
-                for p, sz in zip(old.get("path", []), old.get("size_bytes", []), strict=False)
-                if p.startswith(prefix)
-            ]
-            adds = []
-            for f in files:
-                rel = _relative(uri, f.path)
-                if not rel.startswith(prefix):
-                    raise ValueError(f"staged file {f.path} is not under {uri}/{prefix}")
-                adds.append(
-                    AddAction(
-                        path=rel,
-                        size=f.size,
-                        partition_values={},
-                        modification_time=now,
-                        data_change=True,
-                        stats=_stats_json(f.path, f.rows, primary_key or []),
-                    )
-                )
+            current = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
+            have = dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
+            removes, adds = actions(have, int(time.time() * 1000))
+            if skip_if_unchanged and not removes and not adds:
+                return None, 0, 0
             try:
                 dt.create_write_transaction(
                     [*removes, *adds],
@@ -154,21 +194,15 @@ class DeltaSink:
                     schema=schema,
                     commit_properties=CommitProperties(custom_metadata={"mysqlcdc": json.dumps(metadata)}),
                 )
-                version = self.open(table).version()
-                log.info(
-                    "%s: committed group %s (%d files, %d rows; replaced %d earlier files) as version %s",
-                    table, group_key, len(adds), sum(f.rows for f in files), len(removes), version,
-                )
-                return version
-            except Exception as exc:  # a concurrent commit (version taken, or a MERGE rewrote files we
-                # read): every attempt re-reads the table and recomputes its removes, so a retry is safe
+                return self.open(table).version(), len(removes), len(adds)
+            except Exception as exc:
                 text = str(exc).lower()
                 retryable = ("version" in text and "exist" in text) or type(exc).__name__ == "CommitFailedError"
                 if retryable and attempt < 19:
                     time.sleep(0.05 * (attempt + 1))
                     continue
                 raise
-        raise RuntimeError(f"could not commit snapshot group {group_key} to {table}")
+        raise RuntimeError(f"could not commit to {table}: 20 concurrent-commit conflicts in a row")
 
     # ------------------------------------------------------------------ stream
     def apply_changes(
@@ -573,6 +607,31 @@ def _primary_key_problems(dt: DeltaTable, current: pa.Schema, new: pa.Schema, pr
     if recorded != primary_key:
         return [f"the primary key changed from ({', '.join(recorded)}) to ({', '.join(primary_key)})"]
     return []
+
+
+def _remove(path: str, size: int, now: int) -> RemoveAction:
+    return RemoveAction(path=path, data_change=True, deletion_timestamp=now, size=size)
+
+
+def _add_actions(
+    uri: str, files: list[StagedFile], primary_key: list[str], now: int, prefix: str | None = None
+) -> list[AddAction]:
+    adds = []
+    for f in files:
+        rel = _relative(uri, f.path)
+        if prefix is not None and not rel.startswith(prefix):
+            raise ValueError(f"staged file {f.path} is not under {uri}/{prefix}")
+        adds.append(
+            AddAction(
+                path=rel,
+                size=f.size,
+                partition_values={},
+                modification_time=now,
+                data_change=True,
+                stats=_stats_json(f.path, f.rows, primary_key),
+            )
+        )
+    return adds
 
 
 def _relative(table_uri: str, path: str) -> str:

@@ -46,7 +46,7 @@ from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
 from airflow_provider_mysqlcdc.source.checks import check_server
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.source.planner import SnapshotPlan
-from airflow_provider_mysqlcdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.source.schema import SourceSchemaError, TableSchema, read_table_schema
 from airflow_provider_mysqlcdc.state import ChunkResult, StateStore
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,11 @@ def run_snapshot_group(
     opts = options or SnapshotOptions()
     hooks = test_hooks or SnapshotTestHooks()
     t0 = time.monotonic()
-    plan = SnapshotPlan.from_dict(store.read_plan(plan_id))
+    raw_plan = store.read_plan(plan_id)
+    plan = SnapshotPlan.from_dict(raw_plan)
+    # Re-snapshots (backfills) do not commit per group: the stream operator swaps the whole table
+    # in one commit once every group has finished (DeltaSink.replace_with_files).
+    deferred = set(raw_plan.get("deferred_commit_tables", []))
     groups = {g.group_id: g for g in plan.groups}
     if group_id not in groups:
         raise SnapshotError(f"plan {plan_id} has no split group {group_id} (it has {len(groups)} groups)")
@@ -190,6 +194,7 @@ def run_snapshot_group(
             hooks.before_high_watermark()
         high = low if opts.skip_backfill else source_server.current_offset(conn, info)
         log.info("group %s: high watermark %s", group_key, high)
+        _check_unchanged(conn, work, plan_id)
     finally:
         conn.close()
 
@@ -200,16 +205,21 @@ def run_snapshot_group(
     rows_total = 0
     chunk_results: list[ChunkResult] = []
     secs = time.monotonic() - t0
+    staged: dict[str, list[dict[str, Any]]] = {}
     for w in work:
         files = [f for f in w.files.values() if f.rows > 0]
-        sink.commit_snapshot_group(
-            w.table,
-            group_key,
-            files,
-            w.arrow_schema,
-            {"plan_id": plan_id, "group_id": group_id, "low_watermark": str(low), "high_watermark": str(high)},
-            primary_key=w.pk_cols,
-        )
+        if w.table in deferred:
+            staged[w.table] = [{"path": f.path, "rows": f.rows, "size": f.size} for f in files]
+            log.info("%s: %d staged files kept for the table swap after the last group", w.table, len(files))
+        else:
+            sink.commit_snapshot_group(
+                w.table,
+                group_key,
+                files,
+                w.arrow_schema,
+                {"plan_id": plan_id, "group_id": group_id, "low_watermark": str(low), "high_watermark": str(high)},
+                primary_key=w.pk_cols,
+            )
         for s in w.splits:
             f = w.files.get(s.split_id)
             rows = f.rows if f else 0
@@ -219,7 +229,9 @@ def run_snapshot_group(
             )
     secs = time.monotonic() - t0
     result = GroupResult(group_id, low, high, chunk_results, rows_total, secs, window_changes)
-    store.write_group_results(plan_id, group_id, chunk_results, {"summary": result.summary(), "attempt": attempt})
+    store.write_group_results(
+        plan_id, group_id, chunk_results, {"summary": result.summary(), "attempt": attempt, "staged_files": staged}
+    )
     log.info(
         "snapshot group %s done: %d chunks, %d rows, %.1fs (%.0f rows/s), LW %s, HW %s, %d window changes",
         group_key,
@@ -232,6 +244,22 @@ def run_snapshot_group(
         window_changes,
     )
     return result
+
+
+def _check_unchanged(conn: Any, work: list[_TableWork], plan_id: str) -> None:
+    """Fail if a table's definition changed since the plan: the chunks were read with the plan's
+    column list, so an ALTER TABLE inside the snapshot window would lose the new column's values
+    (the stream starts after the window and never sees that DDL). Re-planning reads the new one."""
+    for w in work:
+        try:
+            now = read_table_schema(conn, w.schema.table)
+        except SourceSchemaError as exc:
+            raise SnapshotError(f"{w.table} cannot be read any more ({exc}); re-run the DAG") from None
+        if now.to_dict() != w.schema.to_dict():
+            raise SnapshotError(
+                f"the definition of {w.table} changed since plan {plan_id} was made (ALTER TABLE during the "
+                "snapshot): trigger the DAG again, so the plan step reads the new definition and snapshots it afresh"
+            )
 
 
 def _prepare(

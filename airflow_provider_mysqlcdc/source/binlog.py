@@ -54,6 +54,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc.changes import RowChange
+from airflow_provider_mysqlcdc.cdc.ddl import table_ddl
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, ensure_offset_available
@@ -174,6 +175,7 @@ class BinlogRangeReader:
         timeout: float | None = None,
         heartbeat_seconds: float = 1.0,
         freeze_schema: bool = True,
+        ddl: bool = False,
     ) -> None:
         if not (1 <= int(server_id) < 2**32):
             raise ValueError(f"server_id must be in 1..2^32-1, got {server_id}")
@@ -193,6 +195,9 @@ class BinlogRangeReader:
         # id), so a TABLE_MAP seen once need not be parsed again; the map is dropped at every
         # rotation because a restart (which always starts a new file) reuses ids.
         self.freeze_schema = freeze_schema
+        # Yield a RowChange with op "s" (after = {"kind", "sql"}) for each DDL statement that alters,
+        # empties, drops, renames or replaces one of ``tables``: no row event ever shows those.
+        self.ddl = ddl
         self.tables: frozenset[tuple[str, str]] | None = (
             None if tables is None else frozenset(_split_table(t) for t in tables)
         )
@@ -448,6 +453,8 @@ class BinlogRangeReader:
                     ends_tx = True
                 else:
                     ends_tx = q in ("COMMIT", "ROLLBACK")
+                if self.ddl and q not in ("BEGIN", "COMMIT", "ROLLBACK"):
+                    yield from self._ddl_changes(ev, file, fileno, log_pos - pkt.event_size, tx_offset)
             elif cls is RotateEvent:
                 if state != _NONE:
                     # python-mysql-replication reconnects by itself after a lost connection (server
@@ -527,6 +534,18 @@ class BinlogRangeReader:
         self.stop_reason = "eof"
         if state == _NONE and end_key is None:
             self._reached_end = True
+
+    def _ddl_changes(
+        self, ev: Any, file: str, fileno: int, start: int, tx_offset: BinlogOffset | None
+    ) -> Iterator[RowChange]:
+        schema = ev.schema.decode() if isinstance(ev.schema, bytes | bytearray) else (ev.schema or None)
+        captured = None if self.tables is None else frozenset(f"{d}.{t}" for d, t in self.tables)
+        for d in table_ddl(ev.query, schema, captured):
+            log.info("DDL on %s at %s:%d: %s", d.table, file, start, ev.query[:200])
+            yield RowChange(
+                "s", d.table, None, {"kind": d.kind, "sql": ev.query}, tx_offset or BinlogOffset(file, start),
+                (fileno, start), 0, int(ev.packet.timestamp),
+            )
 
     def _end_transaction(self, file: str, fileno: int, pos: int) -> None:
         self.transactions_read += 1

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
 from airflow_provider_mysqlcdc.cdc.batch import fold_changes, keys_to_arrow
@@ -29,14 +30,19 @@ from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.row_codec import decode_row
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import (
+    MANIFEST,
+    SCHEMA_CHANGE,
+    STATUS,
+    StreamRunRecorder,
+    checkpoint_dir,
+)
 from airflow_provider_mysqlcdc.stream.manifest import table_schemas_from_manifest
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-STATUS = "stream/status.json"
-CHECKPOINT = "checkpoint"
 
 
 @dataclass
@@ -72,7 +78,12 @@ class BatchApplier:
         self.schemas = table_schemas_from_manifest(manifest)
         self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
         self.pks = {t: list(s.primary_key) for t, s in self.schemas.items()}
-        self.app_id = app_id(store.pipeline_id)
+        self.schema_positions = {
+            t: BinlogOffset.from_dict(e["schema_position"])
+            for t, e in manifest["tables"].items()
+            if e.get("schema_position")
+        }
+        self.app_id = manifest.get("app_id") or app_id(store.pipeline_id)
         self.batches = 0
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
@@ -88,11 +99,12 @@ class BatchApplier:
         if data.num_rows:
             data = data.sort_by([("file_num", "ascending"), ("event_pos", "ascending"), ("row_index", "ascending")])
             names = ("op", "tbl", "before", "after", "file", "pos", "file_num", "commit_ts")
+            self._check_ddl(data, batch_id)
             cols = {n: data.column(n).to_pylist() for n in names}
             for i in range(data.num_rows):
                 t = cols["tbl"][i]
                 schema = self.arrow.get(t)
-                if schema is None:
+                if schema is None or cols["op"][i] == "s":
                     continue
                 before = decode_row(cols["before"][i], schema) if cols["before"][i] is not None else None
                 after = decode_row(cols["after"][i], schema) if cols["after"][i] is not None else None
@@ -125,6 +137,128 @@ class BatchApplier:
         return counts
 
 
+    def _check_ddl(self, data: pa.Table, batch_id: int) -> None:
+        """Stop the batch before anything is applied if it holds a DDL the stream has not followed.
+
+        The batch's rows after the DDL were decoded with the old schema (a new column's values
+        dropped), so none of the batch may be applied: the job follows the DDL (evolves the Delta
+        table, records the new schema in the manifest) and restarts the query, which runs this
+        same batch again — now decoded with the new schema, and this DDL marked as followed.
+        """
+        ddl = data.filter(pc.equal(data.column("op"), "s"))  # rare: most batches have none
+        pending = []
+        for row in ddl.select(["tbl", "after", "file", "pos"]).to_pylist():
+            t = row["tbl"]
+            at = BinlogOffset(row["file"], int(row["pos"]))
+            done = self.schema_positions.get(t)
+            if done is not None and at <= done:
+                continue
+            info = json.loads(row["after"])
+            pending.append({"table": t, "kind": info["kind"], "sql": info["sql"], "offset": at.to_dict()})
+        if pending:
+            self.store.write_json(SCHEMA_CHANGE, {"batch_id": batch_id, "changes": pending, "at": time.time()})
+            what = [f"{c['kind'].upper()} of {c['table']} at {BinlogOffset.from_dict(c['offset'])}" for c in pending]
+            raise SchemaChangeReached("; ".join(what))
+
+
+class SchemaChangeReached(RuntimeError):
+    """A micro-batch holds a DDL on a captured table that the stream has not followed yet."""
+
+
+class StreamSchemaError(RuntimeError):
+    """A DDL the Delta tables cannot follow; the message names the table and the fix."""
+
+
+def follow_schema_change(store: StateStore, sink: DeltaSink, settings: ConnectionSettings) -> list[str]:
+    """Follow the DDL recorded by :class:`BatchApplier`: evolve the Delta tables, update the manifest.
+
+    ``ALTER TABLE`` that adds columns or widens types is followed (the table's current definition is
+    read from the server; older rows read NULL in added columns). Anything else — TRUNCATE, DROP,
+    RENAME, CREATE OR REPLACE, a changed primary key, a dropped or narrowed column — raises
+    :class:`StreamSchemaError`: nothing at or after the DDL has been applied, and re-snapshotting
+    the table (backfill) moves its filters past the DDL.
+    """
+    from airflow_provider_mysqlcdc.sinks.delta import UnsupportedSchemaChange
+    from airflow_provider_mysqlcdc.source.schema import SourceSchemaError, TableId, read_table_schema
+
+    rec = store.read_json(SCHEMA_CHANGE)
+    if not rec:
+        return []
+    manifest = store.read_json(MANIFEST)
+    by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in rec["changes"]:
+        by_table[c["table"]].append(c)
+    fix = "Re-snapshot {t}: trigger the DAG with backfill_tables=['{t}'] (the stream then resumes past this DDL)"
+    followed = []
+    for t, changes in by_table.items():
+        last = max(BinlogOffset.from_dict(c["offset"]) for c in changes)
+        for c in changes:
+            if c["kind"] != "alter":
+                raise StreamSchemaError(
+                    f"{c['kind'].upper()} of {t} at {BinlogOffset.from_dict(c['offset'])} ({c['sql'][:200]}): the "
+                    f"binlog has no row changes for it, so the Delta table cannot follow. {fix.format(t=t)}. "
+                    "The stream stopped before it; nothing after it was applied"
+                )
+        entry = manifest["tables"][t]
+        old = TableSchema.from_dict(entry["schema"])
+        try:
+            with settings.connect() as conn:
+                new = read_table_schema(conn, TableId.parse(t))
+        except SourceSchemaError as exc:
+            msg = f"{t} changed at {last} and cannot be read now ({exc}). {fix.format(t=t)}"
+            raise StreamSchemaError(msg) from None
+        if [c.lower() for c in new.primary_key] != [c.lower() for c in old.primary_key]:
+            raise StreamSchemaError(
+                f"the primary key of {t} changed at {last} (from {old.primary_key} to {new.primary_key}): rows are "
+                f"merged by that key. {fix.format(t=t)}"
+            )
+        try:
+            evo = sink.evolve_schema(t, cdc_types.arrow_schema(new), list(new.primary_key))
+        except UnsupportedSchemaChange as exc:
+            raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
+        old_names = {c.name.lower() for c in old.columns}
+        added = [c.name for c in new.columns if c.name.lower() not in old_names]
+        entry["schema"] = new.to_dict()
+        entry["added_columns"] = sorted(set(entry.get("added_columns", [])) | set(added))
+        entry["schema_position"] = last.to_dict()
+        followed.append(t)
+        log.info("followed the DDL of %s at %s: added %s, widened %s", t, last, list(evo.added), list(evo.widened))
+    store.write_json(MANIFEST, manifest)
+    store.delete(SCHEMA_CHANGE)
+    return followed
+
+
+def run_stream(
+    spark: Any,
+    settings: ConnectionSettings,
+    store: StateStore,
+    sink: DeltaSink,
+    options: StreamOptions | None = None,
+    recorder: StreamRunRecorder | None = None,
+    stop_event: threading.Event | None = None,
+) -> None:
+    """Run the stream until stopped, following schema changes: a batch that meets an ALTER TABLE
+    fails before applying anything, the Delta table and manifest follow the ALTER, and the query
+    restarts from its checkpoint (the same batch again, decoded with the new schema)."""
+    while True:
+        if store.exists(SCHEMA_CHANGE):  # a crash after a batch met a DDL: follow it first
+            follow_schema_change(store, sink, settings)
+        query = start_stream(spark, settings, store, sink, options)
+        try:
+            run_until_stopped(query, stop_event, recorder)
+            return
+        except RuntimeError:
+            if not store.exists(SCHEMA_CHANGE):
+                raise
+        try:
+            tables = follow_schema_change(store, sink, settings)
+        except StreamSchemaError as exc:
+            if recorder is not None:
+                recorder.write(state="failed", error=str(exc))
+            raise
+        log.info("schema of %s followed; restarting the stream from its checkpoint", tables)
+
+
 def start_stream(
     spark: Any,
     settings: ConnectionSettings,
@@ -155,17 +289,21 @@ def start_stream(
         reader.load()
         .writeStream.queryName(f"mysqlcdc-{store.pipeline_id}")
         .foreachBatch(applier)
-        .option("checkpointLocation", store.url(CHECKPOINT))
+        .option("checkpointLocation", store.url(checkpoint_dir(store, manifest)))
         .trigger(processingTime=f"{opts.trigger_seconds} seconds")
         .start()
     )
-    log.info("stream %s started (checkpoint %s)", store.pipeline_id, store.url(CHECKPOINT))
+    log.info("stream %s started (checkpoint %s)", store.pipeline_id, store.url(checkpoint_dir(store, manifest)))
     return query
 
 
 def committed_offset(query: Any) -> BinlogOffset | None:
     """The end offset of the query's last finished micro-batch (None before the first)."""
-    prog = query.lastProgress
+    return progress_end_offset(query.lastProgress)
+
+
+def progress_end_offset(prog: dict[str, Any] | None) -> BinlogOffset | None:
+    """The binlog end offset in one of the query's progress reports (None if it has none)."""
     if not prog or not prog.get("sources"):
         return None
     end = prog["sources"][0].get("endOffset")
@@ -199,17 +337,47 @@ def stop_gracefully(query: Any, timeout: float = 120.0) -> None:
     query.stop()
 
 
-def run_until_stopped(query: Any, stop_event: threading.Event | None = None) -> None:
-    """Block while the query runs; SIGTERM/SIGINT (or ``stop_event``) stop it gracefully."""
+def run_until_stopped(
+    query: Any, stop_event: threading.Event | None = None, recorder: StreamRunRecorder | None = None
+) -> None:
+    """Block while the query runs; stop it gracefully on SIGTERM/SIGINT, ``stop_event`` or a stop request.
+
+    With a ``recorder`` the driver heartbeats its run record into the state store and honours
+    ``mysqlcdc stop`` / the stop operator's request (:mod:`stream.control`).
+    """
     stop = stop_event or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    if recorder is not None:
+        recorder.write(state="running", committed_offset=_offset_dict(committed_offset(query)))
+    why = "signal"
     while query.isActive and not stop.is_set():
-        stop.wait(0.5)
-    if query.isActive:
-        log.info("stopping stream gracefully")
-        stop_gracefully(query)
-    exc = query.exception()
-    if exc is not None:
-        raise RuntimeError(f"the stream failed: {exc}")
+        stop.wait(1.0)
+        if recorder is not None:
+            recorder.heartbeat(committed_offset(query))
+            if recorder.stop_requested():
+                why = "stop request"
+                break
+    try:
+        if query.isActive:
+            log.info("stopping stream gracefully (%s)", why)
+            if recorder is not None:
+                recorder.write(state="stopping")
+            stop_gracefully(query)
+        exc = query.exception()
+        if exc is not None:
+            raise RuntimeError(f"the stream failed: {exc}")
+    except Exception as exc:
+        if recorder is not None:
+            if recorder.store.exists(SCHEMA_CHANGE):  # run_stream follows it and restarts: still alive
+                recorder.write(state="running", committed_offset=_offset_dict(committed_offset(query)))
+            else:
+                recorder.write(state="failed", error=str(exc), committed_offset=_offset_dict(committed_offset(query)))
+        raise
+    if recorder is not None:
+        recorder.write(state="stopped", committed_offset=_offset_dict(committed_offset(query)))
+
+
+def _offset_dict(off: BinlogOffset | None) -> dict[str, Any] | None:
+    return None if off is None else off.to_dict()

@@ -9,7 +9,8 @@ the tasks, row images travel as :mod:`cdc.row_codec` JSON.
 
 Output schema (one for every table; :data:`SCHEMA`)::
 
-    op STRING         'c' insert, 'u' update, 'd' delete
+    op STRING         'c' insert, 'u' update, 'd' delete, 's' DDL on the table (after = JSON
+                      {"kind": alter|truncate|drop|rename|replace, "sql": ...}; see stream/job.py)
     tbl STRING        'db.table'
     before STRING     row_codec JSON of the before image, or null
     after STRING      row_codec JSON of the after image, or null
@@ -635,9 +636,16 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     manifest = reader.manifest
     flt = split_filter_from_manifest(manifest)
     schemas = table_schemas_from_manifest(manifest)
-    converters = {t: cdc_types.binlog_row_converter(s) for t, s in schemas.items()}
+    converters = {
+        t: cdc_types.binlog_row_converter(s, manifest["tables"][t].get("added_columns", ()))
+        for t, s in schemas.items()
+    }
     key_cols = {t: tuple(c) for t, c in chunk_key_columns_from_manifest(manifest).items()}
     max_hw = {t: flt.max_high_watermark(t).sort_key() for t in schemas}
+    min_hw = {
+        t: min(BinlogOffset.from_dict(sp["high_watermark"]).sort_key() for sp in manifest["tables"][t]["splits"])
+        for t in schemas
+    }
 
     def convert(table: str, values: dict[str, Any], none_sources: Any) -> dict[str, Any]:
         return converters[table](values, none_sources)
@@ -667,7 +675,7 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     attempt = 0
     while True:
         rr = BinlogRangeReader(reader._settings(), pos, end, reader.tables, part.server_id, blocking=False,
-                               convert=convert)  # fmt: skip
+                               convert=convert, ddl=True)  # fmt: skip
         cur_tx: BinlogOffset | None = None
         n_in_tx = 0
         failure: Exception
@@ -684,6 +692,13 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
                     if skip_tx is not None and n_in_tx <= skip_n and tx == skip_tx:
                         continue  # handled before the connection broke
                     op, before, after = ch.op, ch.before, ch.after
+                    if op == "s":
+                        # DDL: the stream applies it (ALTER) or stops on it. A TRUNCATE/DROP/RENAME
+                        # older than every chunk of the table is already in its snapshot.
+                        if after["kind"] == "alter" or tx_key >= min_hw[table]:  # type: ignore[index]
+                            _append_ddl(cols, table, ch, tx, seq)
+                            seq += 1
+                        continue
                     if tx_key < max_hw[table]:  # inside the handoff window: filter per image
                         cols_k = key_cols[table]
                         if op == "c":
@@ -742,6 +757,22 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
         attempt += 1
     if c_op:
         yield flush()
+
+
+def _append_ddl(cols: list[list[Any]], table: str, ch: Any, tx: BinlogOffset, seq: int) -> None:
+    """A DDL marker row: op 's', ``after`` = JSON ``{"kind", "sql"}`` (see ``cdc/ddl.py``)."""
+    (c_op, c_tbl, c_before, c_after, c_file, c_pos, c_fnum, c_epos, c_row, c_seq, c_ts) = cols
+    c_op.append("s")
+    c_tbl.append(table)
+    c_before.append(None)
+    c_after.append(json.dumps(ch.after))
+    c_file.append(tx.file)
+    c_pos.append(tx.pos)
+    c_fnum.append(ch.event_pos[0])
+    c_epos.append(ch.event_pos[1])
+    c_row.append(0)
+    c_seq.append(seq)
+    c_ts.append(int(ch.commit_ts))
 
 
 class MySqlBinlogDataSource(DataSource):

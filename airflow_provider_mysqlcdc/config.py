@@ -1,0 +1,218 @@
+"""Pipeline parameters: what a DAG run (or the CLI) asks for, validated before anything runs.
+
+The example DAG's Params are validated by JSON schema in the trigger form; this module checks the
+same things again — and the things a schema cannot say (``backfill_tables`` must be among
+``tables``, a specific offset needs a file and a position) — because operators are also used with
+templated values, from other DAGs and from the CLI. Every problem is reported at once, each with
+the value that was given and what to give instead. Pure: no Airflow, no connections.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.state import check_pipeline_id
+
+STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only")
+STREAM_MODES = ("detached", "attached")
+DEFAULT_CHUNKS_PER_TASK = 64
+
+_TABLE = re.compile(r"^`?[^`.\s]+`?\.`?[^`.\s]+`?$")
+_BINLOG_FILE = re.compile(r"^[^/\s]+\.\d+$")
+
+
+class PipelineConfigError(ValueError):
+    """Bad pipeline parameters; the message lists every problem and the fix for each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid pipeline parameters:\n  - " + "\n  - ".join(problems))
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    pipeline_id: str
+    sink_root: str
+    state_root: str
+    tables: list[str]
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    chunks_per_task: int = DEFAULT_CHUNKS_PER_TASK
+    startup_mode: str = "initial"
+    specific_offset: dict[str, Any] | None = None
+    backfill_tables: list[str] = field(default_factory=list)
+    skip_backfill: bool = False
+    chunk_key_columns: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def snapshots(self) -> bool:
+        """Whether new tables are snapshotted (else they start at an offset with no existing rows)."""
+        return self.startup_mode in ("initial", "snapshot-only")
+
+    @property
+    def streams(self) -> bool:
+        return self.startup_mode != "snapshot-only"
+
+    def start_offset(self) -> BinlogOffset | None:
+        if self.startup_mode != "specific-offset" or not self.specific_offset:
+            return None
+        return BinlogOffset(str(self.specific_offset["file"]), int(self.specific_offset["pos"]))
+
+    @classmethod
+    def from_params(cls, **params: Any) -> PipelineConfig:
+        """Validate and normalise; raise :class:`PipelineConfigError` listing every problem."""
+        problems: list[str] = []
+        pipeline_id = params.get("pipeline_id")
+        try:
+            check_pipeline_id(pipeline_id)  # type: ignore[arg-type]
+        except ValueError as exc:
+            problems.append(str(exc))
+        roots = {}
+        for name in ("sink_root", "state_root"):
+            v = params.get(name)
+            if not isinstance(v, str) or not v.strip():
+                problems.append(f"{name} must be a directory or URL (e.g. /data/lake or s3://bucket/lake), got {v!r}")
+            roots[name] = (v or "").strip() if isinstance(v, str) else ""
+
+        tables = _table_list("tables", params.get("tables"), problems)
+        if not tables and not any(p.startswith("tables") for p in problems):
+            problems.append("tables is empty: list at least one <database>.<table>, e.g. [\"shop.orders\"]")
+        backfill = _table_list("backfill_tables", params.get("backfill_tables") or [], problems)
+        unknown = [t for t in backfill if t not in tables]
+        if unknown:
+            problems.append(
+                f"backfill_tables {unknown} are not in tables {tables}: a table is re-snapshotted only if it is "
+                "captured; add it to tables as well"
+            )
+
+        chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
+        chunks_per_task = _int(
+            "chunks_per_task", params.get("chunks_per_task", DEFAULT_CHUNKS_PER_TASK), 1, 100_000, problems
+        )
+        mode = params.get("startup_mode") or "initial"
+        if mode not in STARTUP_MODES:
+            problems.append(f"startup_mode {mode!r} is not one of {list(STARTUP_MODES)}")
+        if backfill and mode not in ("initial", "snapshot-only"):
+            problems.append(
+                f"backfill_tables needs startup_mode 'initial' or 'snapshot-only' (a backfill is a snapshot), "
+                f"got {mode!r}"
+            )
+        offset = params.get("specific_offset") or None
+        if isinstance(offset, str) and offset.strip():
+            offset = _parse_offset_text(offset, problems)
+        if mode == "specific-offset":
+            if not isinstance(offset, dict) or not offset.get("file") or offset.get("pos") in (None, ""):
+                problems.append(
+                    "startup_mode 'specific-offset' needs specific_offset with a binlog file and position, e.g. "
+                    "{\"file\": \"mysql-bin.000042\", \"pos\": 4} (take them from SHOW MASTER STATUS)"
+                )
+            else:
+                if not _BINLOG_FILE.match(str(offset["file"])):
+                    problems.append(
+                        f"specific_offset file {offset['file']!r} is not a binlog file name like mysql-bin.000042"
+                    )
+                pos = _int("specific_offset pos", offset["pos"], 4, None, problems)
+                offset = {"file": str(offset["file"]), "pos": pos}
+        else:
+            offset = None
+        skip_backfill = params.get("skip_backfill", False)
+        if isinstance(skip_backfill, str) and skip_backfill.lower() in ("true", "false"):
+            skip_backfill = skip_backfill.lower() == "true"
+        if not isinstance(skip_backfill, bool):
+            problems.append(f"skip_backfill must be true or false, got {skip_backfill!r}")
+        ck = params.get("chunk_key_columns") or {}
+        if isinstance(ck, str):
+            try:
+                ck = json.loads(ck) if ck.strip() else {}
+            except json.JSONDecodeError:
+                problems.append(f"chunk_key_columns must be a JSON object like {{\"db.t\": [\"col\"]}}, got {ck!r}")
+                ck = {}
+        if not isinstance(ck, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(c, str) for c in v) for v in ck.values()
+        ):
+            problems.append(f"chunk_key_columns must map <database>.<table> to a list of column names, got {ck!r}")
+            ck = {}
+        if problems:
+            raise PipelineConfigError(problems)
+        return cls(
+            pipeline_id=str(pipeline_id),
+            sink_root=roots["sink_root"],
+            state_root=roots["state_root"],
+            tables=tables,
+            chunk_size=int(chunk_size),  # type: ignore[arg-type]
+            chunks_per_task=int(chunks_per_task),  # type: ignore[arg-type]
+            startup_mode=str(mode),
+            specific_offset=offset,
+            backfill_tables=backfill,
+            skip_backfill=bool(skip_backfill),
+            chunk_key_columns={_norm_table(k): list(v) for k, v in ck.items()},
+        )
+
+
+def _norm_table(t: str) -> str:
+    return t.strip().replace("`", "")
+
+
+def _table_list(name: str, value: Any, problems: list[str]) -> list[str]:
+    if isinstance(value, str):  # a templated field rendered as text: JSON list or comma-separated
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                value = [v.strip(" '\"") for v in text.strip("[]").split(",")]
+        else:
+            value = [v for v in text.split(",")]
+    if not isinstance(value, list | tuple):
+        problems.append(f"{name} must be a list of <database>.<table>, got {value!r}")
+        return []
+    out: list[str] = []
+    for v in value:
+        if not isinstance(v, str) or not _TABLE.match(v.strip()):
+            problems.append(f"{name}: {v!r} is not a table name written as <database>.<table>")
+            continue
+        t = _norm_table(v)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def _int(name: str, value: Any, minimum: int, maximum: int | None, problems: list[str]) -> int | None:
+    if isinstance(value, bool):
+        problems.append(f"{name} must be an integer, got {value!r}")
+        return None
+    try:
+        n = int(str(value).strip()) if isinstance(value, str) else int(value)
+        if isinstance(value, float) and value != n:
+            raise ValueError
+    except (TypeError, ValueError):
+        problems.append(f"{name} must be an integer, got {value!r}")
+        return None
+    if n < minimum or (maximum is not None and n > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        problems.append(f"{name} must be {bound}, got {n}")
+        return None
+    return n
+
+
+def _parse_offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            d = json.loads(text)
+            return d if isinstance(d, dict) else None
+        except json.JSONDecodeError:
+            pass
+    file, sep, pos = text.rpartition(":")
+    if sep and file and pos.strip().isdigit():
+        return {"file": file.strip(), "pos": int(pos)}
+    problems.append(f"specific_offset {text!r} is neither {{\"file\": ..., \"pos\": ...}} nor 'file:pos'")
+    return None
+

@@ -1,0 +1,84 @@
+"""spark-submit entry point: the long-lived binlog stream of a pipeline into the Delta sink.
+
+    spark-submit --jars /usr/share/java/mariadb-java-client.jar \
+        airflow_provider_mysqlcdc/jobs/stream.py \
+        --state-root /data/state --pipeline-id shop --sink-root /data/lake
+
+Reads the stream manifest from the state store (built by the stream operator from the snapshot's
+high watermarks) and resumes from the checkpoint there when it exists. It records its run in the
+state store (``stream/run.json``: state, heartbeat, committed offset) and stops once the running
+micro-batch has finished on SIGTERM or on a stop request (``mysqlcdc stop``, the stop operator).
+The source connection arrives as JSON in ``$MYSQLCDC_SOURCE`` (never on the command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import uuid
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--state-root", required=True)
+    p.add_argument("--pipeline-id", required=True)
+    p.add_argument("--sink-root", required=True)
+    p.add_argument("--source-env", default="MYSQLCDC_SOURCE")
+    p.add_argument("--run-id", default=None, help="id recorded in the run record (default: random)")
+    p.add_argument("--trigger-seconds", type=float, default=1.0)
+    p.add_argument("--max-events-per-trigger", type=int, default=200_000)
+    p.add_argument("--max-bytes-per-trigger", type=int, default=32 * 1024 * 1024)
+    p.add_argument("--readers", type=int, default=None)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
+    from airflow_provider_mysqlcdc.spark_session import build_spark_session
+    from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder
+    from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
+
+    store = StateStore(args.state_root, args.pipeline_id)
+    recorder = StreamRunRecorder(store, args.run_id or uuid.uuid4().hex[:12])
+    recorder.write(state="starting")
+    raw = os.environ.get(args.source_env)
+    if not raw:
+        msg = f"environment variable {args.source_env} with the source connection JSON is not set"
+        recorder.write(state="failed", error=msg)
+        print(f"error: {msg}", flush=True)
+        return 1
+    settings = ConnectionSettings.from_dict(json.loads(raw))
+    spark = None
+    try:
+        spark = build_spark_session(f"mysqlcdc-stream-{args.pipeline_id}", master=None)
+        run_stream(
+            spark,
+            settings,
+            store,
+            DeltaSink(args.sink_root),
+            StreamOptions(
+                trigger_seconds=args.trigger_seconds,
+                max_events_per_trigger=args.max_events_per_trigger,
+                max_bytes_per_trigger=args.max_bytes_per_trigger,
+                readers=args.readers,
+            ),
+            recorder=recorder,
+        )
+    except Exception as exc:  # the message of a failed stream is what the operator shows
+        if recorder.record.get("state") != "failed":
+            recorder.write(state="failed", error=str(exc))
+        print(f"error: {exc}", flush=True)
+        return 1
+    finally:
+        if spark is not None:
+            spark.stop()
+    print("MYSQLCDC_RESULT " + json.dumps({"stopped": True, "run_id": recorder.run_id}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""``MySqlCdcPlanOperator``: check the source, decide what to snapshot, split it, return the groups."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.config import DEFAULT_CHUNKS_PER_TASK, PipelineConfig, PipelineConfigError
+
+
+class MySqlCdcPlanOperator(BaseOperator):
+    """Plan one run of a CDC pipeline; returns one small descriptor per split group, for mapping.
+
+    The descriptors (``{"plan_id", "group_id", "group_label"}``) feed
+    ``MySqlCdcSnapshotOperator.partial(...).expand_kwargs(plan.output)``; the plan itself (tables,
+    schemas, chunk boundaries) goes to the state store, never to XCom. The plan id is also pushed
+    under the XCom key ``plan_id`` (``plan.output["plan_id"]``) for the stream operator.
+
+    Tables already captured by the pipeline are not re-read; new tables are snapshotted (or, with
+    ``startup_mode`` ``latest-offset`` / ``specific-offset``, start at an offset);
+    ``backfill_tables`` are re-snapshotted (a running stream is stopped gracefully first: it writes
+    the table being replaced). New tables are snapshotted while the stream runs on; the stream
+    operator hands them over (``pipeline.finalize_run``).
+
+    Bad parameters and a source that is not ready (binlog off, STATEMENT format, missing
+    privilege, unknown table, no primary key...) fail the task at once, with no retry, before any
+    Spark job starts; the message names the fix.
+
+    :param pipeline_id: names the pipeline's directory in the state store (and its stream)
+    :param sink_root: where the Delta tables go (``<sink_root>/<db>/<table>``)
+    :param state_root: the state store: a local directory, or an fsspec URL shared by all workers
+    :param tables: ``<database>.<table>`` names to capture
+    :param chunk_size: rows per chunk (the unit of the watermark-bracketed read)
+    :param chunks_per_task: chunks per split group, i.e. per mapped snapshot task / Spark application
+    :param startup_mode: ``initial`` (snapshot + stream), ``snapshot-only``, ``latest-offset`` or
+        ``specific-offset`` (new tables start at ``specific_offset`` with no snapshot)
+    :param specific_offset: ``{"file": "mysql-bin.000042", "pos": 4}`` for ``specific-offset``
+    :param backfill_tables: captured tables to re-snapshot
+    :param chunk_key_columns: per table, chunk key columns other than the primary key
+    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param stop_timeout: seconds to wait for a running stream to stop gracefully
+    """
+
+    template_fields: Sequence[str] = (
+        "pipeline_id",
+        "sink_root",
+        "state_root",
+        "tables",
+        "chunk_size",
+        "chunks_per_task",
+        "startup_mode",
+        "specific_offset",
+        "backfill_tables",
+        "skip_backfill",
+        "chunk_key_columns",
+    )
+    ui_color = "#e8f4fd"
+
+    def __init__(
+        self,
+        *,
+        pipeline_id: str,
+        sink_root: str,
+        state_root: str,
+        tables: list[str] | str,
+        chunk_size: int | str = DEFAULT_CHUNK_SIZE,
+        chunks_per_task: int | str = DEFAULT_CHUNKS_PER_TASK,
+        startup_mode: str = "initial",
+        specific_offset: dict[str, Any] | str | None = None,
+        backfill_tables: list[str] | str | None = None,
+        skip_backfill: bool | str = False,
+        chunk_key_columns: dict[str, list[str]] | str | None = None,
+        mysql_cdc_conn_id: str = "mysql_cdc_default",
+        stop_timeout: float = 300.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline_id = pipeline_id
+        self.sink_root = sink_root
+        self.state_root = state_root
+        self.tables = tables
+        self.chunk_size = chunk_size
+        self.chunks_per_task = chunks_per_task
+        self.startup_mode = startup_mode
+        self.specific_offset = specific_offset
+        self.backfill_tables = backfill_tables
+        self.skip_backfill = skip_backfill
+        self.chunk_key_columns = chunk_key_columns
+        self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self.stop_timeout = stop_timeout
+
+    def config(self) -> PipelineConfig:
+        return PipelineConfig.from_params(
+            pipeline_id=self.pipeline_id,
+            sink_root=self.sink_root,
+            state_root=self.state_root,
+            tables=self.tables,
+            chunk_size=self.chunk_size,
+            chunks_per_task=self.chunks_per_task,
+            startup_mode=self.startup_mode,
+            specific_offset=self.specific_offset,
+            backfill_tables=self.backfill_tables,
+            skip_backfill=self.skip_backfill,
+            chunk_key_columns=self.chunk_key_columns,
+        )
+
+    def execute(self, context: Any) -> list[dict[str, Any]]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_provider_mysqlcdc.pipeline import PipelineStateError, new_plan_id, plan_run
+        from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+        from airflow_provider_mysqlcdc.source.checks import SourceCheckError
+        from airflow_provider_mysqlcdc.source.schema import SourceSchemaError
+        from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError
+        from airflow_provider_mysqlcdc.state import StateStore
+
+        try:
+            config = self.config()
+        except PipelineConfigError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info(
+            "pipeline %s: tables %s, startup_mode %s, backfill %s, chunk_size %d, chunks_per_task %d",
+            config.pipeline_id, config.tables, config.startup_mode, config.backfill_tables or "none",
+            config.chunk_size, config.chunks_per_task,
+        )
+        store = StateStore(config.state_root, config.pipeline_id)
+        sink = DeltaSink(config.sink_root)
+        plan_id = new_plan_id(context.get("run_id") if context else None)
+        hook = MySqlCdcHook(self.mysql_cdc_conn_id)
+        try:
+            with hook.connection() as conn:
+                outcome = plan_run(conn, store, config, plan_id, sink.exists, self.stop_timeout)
+        except (SourceCheckError, SourceSchemaError, BinlogUnavailableError, PipelineStateError) as exc:
+            raise AirflowFailException(str(exc)) from None
+        for note in outcome.notes:
+            self.log.warning(note)
+        self.log.info("plan %s: %s", plan_id, outcome.to_dict())
+        ti = context["ti"]
+        ti.xcom_push(key="plan_id", value=plan_id)
+        ti.xcom_push(key="plan_summary", value=outcome.to_dict())
+        return outcome.groups

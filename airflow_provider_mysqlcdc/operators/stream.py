@@ -1,0 +1,266 @@
+"""``MySqlCdcStreamOperator`` (hand the snapshot over to the binlog stream) and ``MySqlCdcStopStreamOperator``."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, TriggerRule
+
+from airflow_provider_mysqlcdc.config import STREAM_MODES
+
+
+class MySqlCdcStreamOperator(BaseOperator):
+    """Aggregate the snapshot's high watermarks and launch the pipeline's long-lived binlog stream.
+
+    It takes the mapped snapshot tasks' XCom summaries (``snapshot.output``) and the plan id
+    (``plan.output["plan_id"]``), checks that every planned group reported and every planned
+    chunk has a result in the state store, builds the stream manifest — start offset = the
+    minimum HW, per-chunk filters — merged with the tables the pipeline already captures, swaps
+    re-snapshotted tables into the sink, checks that the binlog at the start offset (or the
+    stream's checkpoint) still exists, and starts the stream:
+
+    * ``stream_mode="detached"`` (default): the Spark job runs on after the task; the task returns
+      a handle (run id, pid, host, driver log) once the stream reports running. Watch it with
+      ``MySqlCdcStreamSensor``, stop it with ``MySqlCdcStopStreamOperator`` or ``mysqlcdc stop``.
+    * ``stream_mode="attached"``: the task is the stream; it ends when the stream stops, and an
+      Airflow retry restarts it from its checkpoint. ``on_kill`` stops it gracefully.
+
+    With ``startup_mode="snapshot-only"`` the manifest is recorded and no stream is started. If the
+    stream already runs and nothing was added, it is left alone (re-triggering the DAG is safe).
+    The default trigger rule is ``none_failed``: a run that snapshots nothing (zero mapped tasks)
+    still (re)starts the stream.
+    """
+
+    template_fields: Sequence[str] = (
+        "pipeline_id",
+        "sink_root",
+        "state_root",
+        "plan_id",
+        "snapshot_summaries",
+        "stream_mode",
+        "startup_mode",
+        "conf",
+        "application",
+    )
+    template_fields_renderers = {"conf": "json"}
+    ui_color = "#e6f5e6"
+
+    def __init__(
+        self,
+        *,
+        pipeline_id: str,
+        sink_root: str,
+        state_root: str,
+        plan_id: str | None = None,
+        snapshot_summaries: Any = None,
+        stream_mode: str = "detached",
+        startup_mode: str = "initial",
+        mysql_cdc_conn_id: str = "mysql_cdc_default",
+        spark_conn_id: str = "spark_default",
+        conf: dict[str, Any] | None = None,
+        jars: str | None = None,
+        application: str | None = None,
+        driver_memory: str | None = None,
+        executor_memory: str | None = None,
+        trigger_seconds: float = 1.0,
+        readers: int | None = None,
+        max_bytes_per_trigger: int | None = None,
+        start_timeout: float = 300.0,
+        stop_timeout: float = 300.0,
+        verbose: bool = False,
+        trigger_rule: str = TriggerRule.NONE_FAILED,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(trigger_rule=trigger_rule, **kwargs)
+        self.pipeline_id = pipeline_id
+        self.sink_root = sink_root
+        self.state_root = state_root
+        self.plan_id = plan_id
+        self.snapshot_summaries = snapshot_summaries
+        self.stream_mode = stream_mode
+        self.startup_mode = startup_mode
+        self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.conf = conf
+        self.jars = jars
+        self.application = application
+        self.driver_memory = driver_memory
+        self.executor_memory = executor_memory
+        self.trigger_seconds = trigger_seconds
+        self.readers = readers
+        self.max_bytes_per_trigger = max_bytes_per_trigger
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.verbose = verbose
+        self._hook: Any = None
+        self._store: Any = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+        from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_provider_mysqlcdc.operators._spark import build_hook, job_path
+        from airflow_provider_mysqlcdc.pipeline import PLAN_POINTER, PipelineStateError, finalize_run, read_manifest
+        from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+        from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError
+        from airflow_provider_mysqlcdc.state import StateStore
+        from airflow_provider_mysqlcdc.stream.control import (
+            RUN,
+            STOP_REQUEST,
+            checkpoint_offset,
+            request_stop,
+            stream_state,
+        )
+        from airflow_provider_mysqlcdc.stream.launcher import StreamLaunchError, launch_detached, wait_until_running
+        from airflow_provider_mysqlcdc.stream.manifest import ManifestError
+
+        if self.stream_mode not in STREAM_MODES:
+            raise AirflowFailException(f"stream_mode {self.stream_mode!r} is not one of {list(STREAM_MODES)}")
+        store = self._store = StateStore(self.state_root, self.pipeline_id)
+        plan_id = self.plan_id or (store.read_json(PLAN_POINTER) or {}).get("plan_id")
+        if not plan_id or str(plan_id) == "None":
+            raise AirflowFailException("no plan id: pass plan_id=plan.output['plan_id'] from MySqlCdcPlanOperator")
+        summaries = None
+        if self.snapshot_summaries is not None:
+            summaries = [s for s in _materialize(self.snapshot_summaries) if s]
+            self.log.info(
+                "snapshot summaries from %d mapped task(s): %d chunks, %d rows",
+                len(summaries), sum(s["chunks"] for s in summaries), sum(s["rows"] for s in summaries),
+            )
+        try:
+            outcome = finalize_run(store, DeltaSink(self.sink_root), str(plan_id), summaries, self.stop_timeout)
+        except (ManifestError, PipelineStateError) as exc:
+            raise AirflowFailException(str(exc)) from None
+        manifest = read_manifest(store)
+        result: dict[str, Any] = {"pipeline_id": self.pipeline_id, "plan": outcome.to_dict(), "launched": False}
+        if manifest is None:
+            raise AirflowFailException("the pipeline captures no table yet: nothing to stream")
+        if self.startup_mode == "snapshot-only":
+            self.log.info("startup_mode snapshot-only: manifest recorded, no stream started")
+            return result
+
+        st = stream_state(store)
+        if st["running"]:
+            if not outcome.added and not outcome.resnapshotted:
+                self.log.info("the stream (run %s) already runs with this manifest: left running", st["run_id"])
+                return {**result, "running": True, "run_id": st["run_id"], "already_running": True}
+            self.log.info("the stream runs with an older manifest: stopping it to restart with the new one")
+            request_stop(store, timeout=self.stop_timeout)
+
+        ckpt = checkpoint_offset(store)
+        start = ckpt or BinlogOffset.from_dict(manifest["start_offset"])
+        hook = MySqlCdcHook(self.mysql_cdc_conn_id)
+        try:
+            hook.ensure_offset_available(start)
+        except BinlogUnavailableError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info(
+            "starting the stream of %s from %s (%s)", sorted(manifest["tables"]), start,
+            "its checkpoint" if ckpt else (
+                f"generation {outcome.new_generation}: the earliest new high watermark"
+                if outcome.new_generation else "the snapshot's minimum high watermark"
+            ),
+        )
+        run_id = uuid.uuid4().hex[:12]
+        args = [
+            "--state-root", self.state_root,
+            "--pipeline-id", self.pipeline_id,
+            "--sink-root", self.sink_root,
+            "--run-id", run_id,
+            "--trigger-seconds", str(self.trigger_seconds),
+        ]
+        if self.readers:
+            args += ["--readers", str(int(self.readers))]
+        if self.max_bytes_per_trigger:
+            args += ["--max-bytes-per-trigger", str(int(self.max_bytes_per_trigger))]
+        self._hook = build_hook(
+            conn_id=self.spark_conn_id,
+            settings=hook.settings,
+            name=f"mysqlcdc-stream-{self.pipeline_id}",
+            application_args=args,
+            conf=self.conf,
+            jars=self.jars,
+            driver_memory=self.driver_memory,
+            executor_memory=self.executor_memory,
+            verbose=self.verbose,
+        )
+        store.delete(STOP_REQUEST)
+        app = self.application or job_path("stream")
+        result.update({"run_id": run_id, "start_offset": start.to_dict(), "from_checkpoint": ckpt is not None})
+        if self.stream_mode == "attached":
+            self.log.info("attached: this task runs the stream until it is stopped")
+            self._hook.submit(app)
+            run = store.read_json(RUN) or {}
+            if run.get("run_id") == run_id and run.get("state") == "failed":
+                raise AirflowException(f"the stream failed: {run.get('error')}")
+            return {
+                **result, "launched": True, "final_state": run.get("state"), "committed": run.get("committed_offset")
+            }
+
+        import os
+
+        cmd = self._hook._build_spark_submit_command(app)
+        env = {**os.environ, **(self._hook._env or {})}
+        handle = launch_detached(store, cmd, env, run_id, {"master": self._hook._connection["master"]})
+        proc = handle.pop("_proc")
+        try:
+            run = wait_until_running(store, run_id, proc, handle["log_path"], self.start_timeout)
+        except StreamLaunchError as exc:
+            raise AirflowException(str(exc)) from None
+        self.log.info("the stream runs: run %s, driver pid %s on %s; log %s", run_id, run["pid"], run["host"],
+                      handle["log_path"])
+        return {**result, **handle, "launched": True, "running": True, "driver_pid": run["pid"]}
+
+    def on_kill(self) -> None:
+        """Attached mode: stop the stream after its running batch, then make sure spark-submit is gone."""
+        from airflow_provider_mysqlcdc.stream.control import request_stop
+
+        if self.stream_mode == "attached" and self._store is not None:
+            try:
+                request_stop(self._store, timeout=min(self.stop_timeout, 120.0))
+            except Exception as exc:
+                self.log.warning("graceful stop failed (%s): killing spark-submit", exc)
+        if self._hook is not None and self.stream_mode == "attached":
+            self._hook.on_kill()
+
+
+def _materialize(values: Any) -> list[Any]:
+    """The mapped tasks' XComs as a list. Airflow's lazy sequence finds its end by probing one past
+    it, which logs an alarming "XCom not found" error; its length is known, so index instead."""
+    try:
+        n = len(values)
+    except TypeError:
+        return list(values)
+    return [values[i] for i in range(n)]
+
+
+class MySqlCdcStopStreamOperator(BaseOperator):
+    """Stop a pipeline's stream gracefully: after its running micro-batch, checkpoint intact.
+
+    Works for detached streams on any host (the request travels through the state store); if
+    the stream does not confirm within ``timeout`` and runs on this host it is terminated — the
+    checkpoint and the sink's per-batch transaction ids make that safe too. Returns the final
+    state (committed offset, last batch). A stream that is not running is not an error.
+    """
+
+    template_fields: Sequence[str] = ("pipeline_id", "state_root")
+
+    def __init__(self, *, pipeline_id: str, state_root: str, timeout: float = 300.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline_id = pipeline_id
+        self.state_root = state_root
+        self.timeout = timeout
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_provider_mysqlcdc.state import StateStore
+        from airflow_provider_mysqlcdc.stream.control import request_stop
+
+        out = request_stop(StateStore(self.state_root, self.pipeline_id), timeout=self.timeout)
+        self.log.info(
+            "stream %s: %s (committed offset %s)", self.pipeline_id,
+            "stopped" if out["stopped"] else "was not running", out["committed_offset"],
+        )
+        return out

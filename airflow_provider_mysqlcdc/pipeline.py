@@ -1,0 +1,420 @@
+"""The steps of a pipeline run, shared by the operators and the CLI: plan it, then finalize it.
+
+**Plan** (``plan_run``) checks the source, reads what the pipeline already captures (the stream
+manifest) and decides per table: snapshot it (new table, or asked for a backfill), start it at an
+offset (``latest-offset`` / ``specific-offset``), or leave it alone (already captured — never
+re-read). For a backfill a running stream is stopped gracefully first (the table it writes is about
+to be replaced); for new tables it keeps running, so the captured tables stay current meanwhile.
+
+**Finalize** (``finalize_run``) runs after every snapshot group: it builds the new tables' manifest
+entries from the chunk results (refusing if any chunk lacks one), stops the stream (its committed
+offset is P), swaps re-snapshotted tables into the sink in one commit each, and merges the entries
+into the stream manifest. If every new chunk's high watermark is >= P the stream resumes from its
+checkpoint (DESIGN §3 "Add a table / backfill"). Otherwise — the stream ran on while the new
+tables were snapshotted — it starts a new *generation* from min(P, new HWs) with a checkpoint and a
+Delta transaction app id of its own, and every chunk of the tables it already captured gets HW =
+max(HW, P): their changes before P, already applied, are filtered out, and none after P is missed;
+the new tables' changes pass from their own HWs. Both steps are idempotent, so retries are safe.
+
+State store layout used here (besides ``state.py``'s)::
+
+    current_plan.json        {"plan_id", "tables", "finalized"}: what the last run set out to do
+    plans/<id>/plan.json     the snapshot plan plus the run's decisions (below)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc import types as cdc_types
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit
+from airflow_provider_mysqlcdc.config import PipelineConfig
+from airflow_provider_mysqlcdc.sinks.base import StagedFile
+from airflow_provider_mysqlcdc.source import server as source_server
+from airflow_provider_mysqlcdc.source.checks import SourceCheckError, check_source
+from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+from airflow_provider_mysqlcdc.source.schema import TableId, TableSchema, read_table_schema
+from airflow_provider_mysqlcdc.source.splitter import load_collations
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import (
+    MANIFEST,
+    SCHEMA_CHANGE,
+    checkpoint_offset,
+    request_stop,
+    stream_state,
+)
+from airflow_provider_mysqlcdc.stream.manifest import (
+    MANIFEST_VERSION,
+    ManifestError,
+    build_manifest,
+    check_manifest,
+)
+
+log = logging.getLogger(__name__)
+
+PLAN_POINTER = "current_plan.json"
+
+
+class PipelineStateError(RuntimeError):
+    """The pipeline's state does not allow this step; the message says why and what to do."""
+
+
+def new_plan_id(run_id: str | None = None) -> str:
+    """A state-store-safe, unique, time-ordered id; carries the Airflow run id when there is one."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    kind = (run_id or "manual").split("__")[0]  # Airflow run ids are "<type>__<timestamp>"
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "_", kind)[:30].strip("_.-") or "run"
+    return f"{stamp}-{base}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class PlanOutcome:
+    plan_id: str
+    groups: list[dict[str, Any]]  # small descriptors, one per split group, for task mapping
+    snapshot_tables: list[str]
+    offset_tables: list[str]
+    backfill_tables: list[str]
+    unchanged_tables: list[str]
+    chunks: int = 0
+    stopped_stream: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plan_id": self.plan_id,
+            "groups": len(self.groups),
+            "chunks": self.chunks,
+            "snapshot_tables": self.snapshot_tables,
+            "offset_tables": self.offset_tables,
+            "backfill_tables": self.backfill_tables,
+            "unchanged_tables": self.unchanged_tables,
+            "stopped_stream": bool(self.stopped_stream and self.stopped_stream.get("stopped")),
+            "notes": self.notes,
+        }
+
+
+def read_manifest(store: StateStore) -> dict[str, Any] | None:
+    m = store.read_json(MANIFEST)
+    return None if m is None else check_manifest(m)
+
+
+def plan_run(
+    conn: Any,
+    store: StateStore,
+    config: PipelineConfig,
+    plan_id: str,
+    sink_exists: Callable[[str], bool],
+    stop_timeout: float = 300.0,
+) -> PlanOutcome:
+    """Check, decide, stop the stream if needed, split, and record the plan. See the module doc."""
+    report = check_source(conn, config.tables, config.chunk_key_columns)
+    if not report.ok:
+        raise SourceCheckError(report)
+    manifest = read_manifest(store)
+    captured = set(manifest["tables"]) if manifest else set()
+    new = [t for t in config.tables if t not in captured]
+    backfill = [t for t in config.backfill_tables if t in captured]
+    notes = [
+        f"{t} is in backfill_tables but not captured yet: it is snapshotted as a new table"
+        for t in config.backfill_tables
+        if t not in captured
+    ]
+    if manifest:
+        dropped = sorted(captured - set(config.tables))
+        if dropped:
+            notes.append(
+                f"{dropped} are captured but not in tables: they stay captured (the stream keeps them up to date)"
+            )
+    snapshot_tables = [t for t in config.tables if t in new or t in backfill] if config.snapshots else []
+    offset_tables = [] if config.snapshots else new
+    unchanged = [t for t in config.tables if t not in snapshot_tables and t not in offset_tables]
+
+    # A re-snapshot replaces a table the stream writes to: stop the stream before its watermarks
+    # are taken. New tables do not need that: the stream keeps the captured tables current while
+    # they are snapshotted, and finalize_run hands them over (see there).
+    stopped = None
+    if backfill and config.snapshots:
+        st = stream_state(store)
+        if st["running"]:
+            log.info("stopping the running stream before %s is re-snapshotted", backfill)
+            stopped = request_stop(store, timeout=stop_timeout)
+
+    record: dict[str, Any] = {"tables": {}, "groups": [], "collations": {}, "methods": {}}
+    if snapshot_tables:
+        plan = plan_snapshot(
+            conn, snapshot_tables, config.chunk_size, config.chunks_per_task, config.chunk_key_columns
+        )
+        record = plan.to_dict()
+        groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
+        chunks = len(plan.splits)
+    else:
+        groups, chunks = [], 0
+
+    offsets: dict[str, Any] = {}
+    if offset_tables:
+        if config.startup_mode == "specific-offset":
+            off = config.start_offset()
+            assert off is not None
+            source_server.ensure_offset_available(conn, off)
+            ckpt = checkpoint_offset(store)
+            if ckpt is not None and off < ckpt:
+                raise PipelineStateError(
+                    f"specific_offset {off} is before the stream's checkpoint {ckpt}: the stream resumes from its "
+                    "checkpoint, so changes of the new tables before it would be skipped. Use an offset at or "
+                    f"after {ckpt}, or startup_mode=initial to snapshot them"
+                )
+        else:
+            off = source_server.current_offset(conn)
+            off = BinlogOffset(off.file, off.pos)
+        cache: dict[str, Any] = {}
+        for t in offset_tables:
+            schema = read_table_schema(conn, TableId.parse(t))
+            key = schema.chunk_key(config.chunk_key_columns.get(t))
+            collations = load_collations(conn, key, cache)
+            offsets[t] = {
+                "offset": off.to_dict(),
+                "schema": schema.to_dict(),
+                "key_columns": [k.to_dict() for k in key],
+                "collations": {k: v.to_dict() for k, v in collations.items()},
+            }
+        log.info("tables %s start at offset %s with no snapshot (%s)", offset_tables, off, config.startup_mode)
+
+    record.update(
+        {
+            "pipeline": config.to_dict(),
+            "plan_id": plan_id,
+            "created_at": time.time(),
+            "snapshot_tables": snapshot_tables,
+            "backfill_tables": backfill,
+            # A table whose Delta table already exists (a backfill, or an earlier run that failed
+            # half-way) is swapped in one commit at the end, never committed group by group.
+            "deferred_commit_tables": [t for t in snapshot_tables if sink_exists(t)],
+            "offset_tables": offsets,
+            "skip_backfill": config.skip_backfill,
+            "finalized": False,
+        }
+    )
+    store.write_plan(plan_id, record)
+    store.write_json(
+        PLAN_POINTER,
+        {"plan_id": plan_id, "tables": snapshot_tables + offset_tables, "finalized": False, "at": time.time()},
+    )
+    for n in notes:
+        log.warning(n)
+    log.info(
+        "plan %s: snapshot %s (%d chunks in %d groups), start at offset %s, already captured %s",
+        plan_id, snapshot_tables or "nothing", chunks, len(groups), offset_tables or "none", unchanged or "none",
+    )
+    return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes)
+
+
+def offset_manifest_entry(schema: TableSchema, key_columns: list[dict[str, Any]], offset: dict[str, Any]) -> dict:
+    """A manifest entry for a table captured from ``offset`` with no snapshot: one unbounded chunk."""
+    split = SnapshotSplit.from_dict(
+        {"table": str(schema.table), "split_id": 0, "key_columns": key_columns, "start": None, "end": None}
+    )
+    return {
+        "schema": schema.to_dict(),
+        "primary_key": list(schema.primary_key),
+        "splits": [{**split.to_dict(), "high_watermark": dict(offset)}],
+    }
+
+
+def merge_manifests(old: dict[str, Any] | None, tables: dict[str, Any], collations: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with ``tables`` added or replaced; start offset = min HW over every chunk. The rest
+    of ``old`` (its stream generation, checkpoint and app id) carries over.
+
+    The start offset only matters for a stream with no checkpoint; one with a checkpoint resumes
+    from it, and the per-chunk HWs decide what it applies.
+    """
+    merged = dict(old["tables"]) if old else {}
+    merged.update(tables)
+    if not merged:
+        raise ManifestError("no tables to capture")
+    hws = [BinlogOffset.from_dict(s["high_watermark"]) for t in merged.values() for s in t["splits"]]
+    return check_manifest(
+        {
+            **(old or {}),
+            "version": MANIFEST_VERSION,
+            "start_offset": min(hws).to_dict(),
+            "tables": merged,
+            "collations": {**(old or {}).get("collations", {}), **collations},
+        }
+    )
+
+
+@dataclass
+class FinalizeOutcome:
+    plan_id: str
+    added: list[str]
+    resnapshotted: list[str]
+    start_offset: dict[str, Any] | None
+    checkpoint_offset: dict[str, Any] | None
+    tables: list[str]
+    new_generation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def finalize_run(
+    store: StateStore,
+    sink: Any,
+    plan_id: str,
+    summaries: list[dict[str, Any]] | None = None,
+    stop_timeout: float = 300.0,
+) -> FinalizeOutcome:
+    """Turn a finished plan into stream manifest entries; swap re-snapshotted tables in. Idempotent:
+    a plan finalized before (a retried stream task) is not merged again — the manifest may have
+    moved on since (a followed schema change, a later generation) and must not be rolled back."""
+    record = store.read_plan(plan_id)
+    if record.get("finalized"):
+        log.info("plan %s was finalized before; the manifest is left as it is", plan_id)
+        return FinalizeOutcome(**record["finalize_outcome"])
+    groups = record.get("groups", [])
+    if summaries is not None:
+        seen = {int(s["group_id"]) for s in summaries if s}
+        missing = sorted({int(g["group_id"]) for g in groups} - seen)
+        if missing:
+            raise PipelineStateError(
+                f"snapshot groups {missing} of plan {plan_id} reported no summary through XCom: they did not "
+                "finish. Clear and re-run those mapped snapshot task instances"
+            )
+    old = read_manifest(store)
+    new_tables: dict[str, Any] = {}
+    collations: dict[str, Any] = {}
+    if groups:
+        part = build_manifest(record, store.read_all_results(plan_id))  # names chunks without results
+        new_tables.update(part["tables"])
+        collations.update(part.get("collations", {}))
+    for t, o in record.get("offset_tables", {}).items():
+        schema = TableSchema.from_dict(o["schema"])
+        new_tables[t] = offset_manifest_entry(schema, o["key_columns"], o["offset"])
+        collations.update(o.get("collations", {}))
+        sink.prepare_table(t, cdc_types.arrow_schema(schema), list(schema.primary_key))
+
+    if new_tables and stream_state(store)["running"]:
+        log.info("stopping the stream to hand %s over to it", sorted(new_tables))
+        request_stop(store, timeout=stop_timeout)
+    ckpt = checkpoint_offset(store, old)
+    handover: dict[str, Any] = {}
+    if ckpt is not None and new_tables and old is not None:
+        early = [
+            t for t, e in new_tables.items()
+            if any(BinlogOffset.from_dict(s["high_watermark"]) < ckpt for s in e["splits"])
+        ]
+        if early:
+            gen = int(old.get("generation", 0)) + 1
+            handover = {
+                "generation": gen,
+                "checkpoint": f"checkpoint-g{gen}",
+                "app_id": f"mysqlcdc-stream-{store.pipeline_id}-g{gen}",
+            }
+            for t, e in old["tables"].items():
+                if t in new_tables:
+                    continue
+                for s in e["splits"]:
+                    if BinlogOffset.from_dict(s["high_watermark"]) < ckpt:
+                        s["high_watermark"] = ckpt.to_dict()
+            log.info(
+                "the stream ran past the snapshot of %s (checkpoint %s): stream generation %d starts from the "
+                "earliest new high watermark; the captured tables' changes before %s are filtered out",
+                early, ckpt, gen, ckpt,
+            )
+
+    for t in record.get("deferred_commit_tables", []):
+        schema = TableSchema.from_dict(record["tables"][t])
+        files: list[StagedFile] = []
+        for g in groups:
+            res = store.read_group_results(plan_id, int(g["group_id"])) or {}
+            staged = res.get("staged_files", {}).get(t, [])
+            files += [StagedFile(f["path"], int(f["rows"]), int(f["size"])) for f in staged]
+        sink.replace_with_files(
+            t,
+            files,
+            cdc_types.arrow_schema(schema),
+            {"plan_id": plan_id, "re_snapshot": True},
+            primary_key=list(schema.primary_key),
+        )
+
+    manifest = merge_manifests(old, new_tables, collations) if new_tables else old
+    if new_tables:
+        manifest.update(handover)
+        store.write_json(MANIFEST, manifest)
+    _forget_schema_changes(store, set(new_tables))
+    added = [t for t in new_tables if not old or t not in old["tables"]]
+    out = FinalizeOutcome(
+        plan_id=plan_id,
+        added=added,
+        resnapshotted=[t for t in new_tables if t not in added],
+        start_offset=None if manifest is None else manifest["start_offset"],
+        checkpoint_offset=None if ckpt is None else ckpt.to_dict(),
+        tables=sorted(manifest["tables"]) if manifest else [],
+        new_generation=handover.get("generation"),
+    )
+    record["finalized"] = True
+    record["finalize_outcome"] = out.to_dict()
+    store.write_plan(plan_id, record)
+    pointer = store.read_json(PLAN_POINTER) or {}
+    if pointer.get("plan_id") == plan_id:
+        store.write_json(PLAN_POINTER, {**pointer, "finalized": True})
+    log.info(
+        "plan %s finalized: added %s, re-snapshotted %s; the stream captures %s",
+        plan_id, out.added or "none", out.resnapshotted or "none", out.tables,
+    )
+    return out
+
+
+def _forget_schema_changes(store: StateStore, tables: set[str]) -> None:
+    """A DDL the stream stopped on is moot for a table just re-snapshotted (its new chunks' HWs are
+    after the DDL, so the stream's filter drops it too)."""
+    rec = store.read_json(SCHEMA_CHANGE)
+    if not rec:
+        return
+    left = [c for c in rec.get("changes", []) if c["table"] not in tables]
+    if left:
+        store.write_json(SCHEMA_CHANGE, {**rec, "changes": left})
+    else:
+        store.delete(SCHEMA_CHANGE)
+        log.info("the DDL the stream stopped on is covered by the re-snapshot of %s", sorted(tables))
+
+
+def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None) -> dict[str, Any]:
+    """One JSON-able picture of the pipeline: stream state, offsets, lag, each table's phase."""
+    st = stream_state(store)
+    manifest = store.read_json(MANIFEST)
+    pointer = store.read_json(PLAN_POINTER) or {}
+    ckpt = checkpoint_offset(store, manifest)
+    tables: dict[str, str] = {}
+    for t in (manifest or {}).get("tables", {}):
+        tables[t] = "streaming" if st["running"] else "captured (stream stopped)"
+    if pointer and not pointer.get("finalized"):
+        for t in pointer.get("tables", []):
+            tables[t] = "snapshotting"
+    committed = st.get("committed_offset") or (None if ckpt is None else ckpt.to_dict())
+    behind = None
+    if server_offset is not None and committed is not None:
+        behind = BinlogOffset.from_dict(committed) < BinlogOffset(server_offset.file, server_offset.pos)
+    return {
+        "pipeline_id": store.pipeline_id,
+        "stream_running": st["running"],
+        "stream_state": st["state"],
+        "stream_reason": st["reason"],
+        "run_id": st["run_id"],
+        "committed_offset": committed,
+        "server_offset": None if server_offset is None else server_offset.to_dict(),
+        "behind_server": behind,
+        "lag_seconds": 0.0 if behind is False else st["lag_seconds"],
+        "heartbeat_age_seconds": st["heartbeat_age_seconds"],
+        "last_batch": st["last_batch"],
+        "current_plan": pointer or None,
+        "tables": tables,
+        "log_path": st["log_path"],
+    }

@@ -1,0 +1,243 @@
+"""Control of a running stream through the state store: its run record, heartbeat, stop requests.
+
+A detached stream lives beyond the Airflow task that launched it, possibly on another machine (a
+YARN or Kubernetes driver), so the only channel every party shares is the state store. The stream's
+driver writes ``stream/run.json`` (run id, state, pid/host, heartbeat, committed offset) every few
+seconds; whoever wants it to stop writes ``stream/stop-request.json`` and the driver stops after
+its running micro-batch, so the checkpoint ends at a batch boundary. Signals are only a fallback for
+a driver that no longer reads the store (same host only).
+
+Airflow-free: the operators, the deferrable trigger and the ``status``/``stop`` CLI share this.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import time
+from typing import Any
+
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.state import StateStore
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+RUN = "stream/run.json"
+STOP_REQUEST = "stream/stop-request.json"
+HANDLE = "stream/handle.json"
+STATUS = "stream/status.json"
+SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and must follow
+CHECKPOINT = "checkpoint"
+HEARTBEAT_SECONDS = 5.0
+STALE_AFTER_SECONDS = 45.0
+LIVE_STATES = ("starting", "running", "stopping")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (exited child nobody reaped) still answers kill(0)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class StreamRunRecorder:
+    """Written by the stream's driver: the run record and heartbeat, and the stop-request check."""
+
+    def __init__(self, store: StateStore, run_id: str):
+        self.store = store
+        self.run_id = run_id
+        self.started_at = time.time()
+        self.record: dict[str, Any] = {
+            "run_id": run_id,
+            "state": "starting",
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_at": self.started_at,
+            "heartbeat_at": self.started_at,
+            "committed_offset": None,
+            "error": None,
+        }
+        self._last_beat = 0.0
+
+    def write(self, **changes: Any) -> None:
+        self.record.update(changes)
+        self.record["heartbeat_at"] = time.time()
+        self.store.write_json(RUN, self.record)
+        self._last_beat = time.monotonic()
+
+    def heartbeat(self, committed: BinlogOffset | None, force: bool = False) -> None:
+        if force or time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
+            self.write(committed_offset=None if committed is None else committed.to_dict())
+
+    def stop_requested(self) -> bool:
+        req = self.store.read_json(STOP_REQUEST)
+        if not req:
+            return False
+        target = req.get("run_id")
+        return (target in (None, self.run_id)) and float(req.get("requested_at", 0)) >= self.started_at - 5
+
+
+def stream_state(store: StateStore) -> dict[str, Any]:
+    """What is known about the pipeline's stream: alive or not, why, its offsets and last batch."""
+    run = store.read_json(RUN) or {}
+    status = store.read_json(STATUS) or {}
+    handle = store.read_json(HANDLE) or {}
+    now = time.time()
+    state = run.get("state")
+    age = None if not run else round(now - float(run.get("heartbeat_at", 0)), 1)
+    running = bool(run) and state in LIVE_STATES and age is not None and age < STALE_AFTER_SECONDS
+    reason = None
+    if run and state in LIVE_STATES and not running:
+        reason = f"no heartbeat for {age:.0f}s (the driver died without recording it)"
+    if running and run.get("host") == socket.gethostname() and run.get("pid") and not _pid_alive(int(run["pid"])):
+        running, reason = False, f"driver process {run['pid']} on this host is gone"
+    return {
+        "running": running,
+        "state": state if running or state not in LIVE_STATES else "lost",
+        "reason": reason or run.get("error"),
+        "run_id": run.get("run_id"),
+        "pid": run.get("pid"),
+        "host": run.get("host"),
+        "started_at": run.get("started_at"),
+        "heartbeat_age_seconds": age,
+        "committed_offset": run.get("committed_offset"),
+        "last_batch": status or None,
+        "lag_seconds": status.get("lag_seconds"),
+        "log_path": handle.get("log_path"),
+        "launcher_pid": handle.get("launcher_pid"),
+    }
+
+
+def request_stop(store: StateStore, timeout: float = 300.0, force_after_timeout: bool = True) -> dict[str, Any]:
+    """Ask the stream to stop after its running batch; wait until it has. Returns its final state.
+
+    A stream that does not confirm within ``timeout`` (hung, or a driver that cannot read the
+    store) is sent SIGTERM, then SIGKILL, when it runs on this host and ``force_after_timeout``:
+    the checkpoint and the sink's per-batch transaction ids make even a hard kill lose nothing.
+    """
+    st = stream_state(store)
+    if not st["running"]:
+        store.delete(STOP_REQUEST)
+        log.info("stream of %s is not running (%s)", store.pipeline_id, st["state"] or "never started")
+        return {**st, "stopped": False}
+    run_id = st["run_id"]
+    store.write_json(STOP_REQUEST, {"run_id": run_id, "requested_at": time.time(), "by": socket.gethostname()})
+    log.info("asked stream %s (run %s) to stop after its running batch", store.pipeline_id, run_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = stream_state(store)
+        if not st["running"]:
+            break
+        time.sleep(0.5)
+    else:
+        if not force_after_timeout:
+            raise TimeoutError(f"stream {store.pipeline_id} did not stop within {timeout:.0f}s")
+        _force_stop(st)
+        st = stream_state(store)
+    store.delete(STOP_REQUEST)
+    log.info("stream %s stopped: %s, committed offset %s", store.pipeline_id, st["state"], st["committed_offset"])
+    return {**st, "stopped": True}
+
+
+def _force_stop(st: dict[str, Any]) -> None:
+    if st.get("host") != socket.gethostname():
+        raise TimeoutError(
+            f"the stream (run {st.get('run_id')}) on host {st.get('host')} did not stop within the timeout; stop its "
+            "Spark application with your cluster's tools (yarn application -kill / kubectl delete pod)"
+        )
+    for sig, wait in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)):
+        for pid in (st.get("pid"), st.get("launcher_pid")):
+            if pid and _pid_alive(int(pid)):
+                log.warning("stream did not stop in time: sending %s to %s", sig.name, pid)
+                try:
+                    os.kill(int(pid), sig) if sig == signal.SIGTERM else os.killpg(os.getpgid(int(pid)), sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            if not any(p and _pid_alive(int(p)) for p in (st.get("pid"), st.get("launcher_pid"))):
+                return
+            time.sleep(0.5)
+
+
+def checkpoint_dir(store: StateStore, manifest: dict[str, Any] | None = None) -> str:
+    """The current stream generation's checkpoint directory (relative to the pipeline's state).
+
+    A stream generation starts when tables are added while the stream ran past their snapshot's
+    high watermarks (``pipeline.finalize_run``): the new generation reads from an earlier offset
+    than the old checkpoint, so it gets a checkpoint (and Delta transaction app id) of its own.
+    """
+    m = manifest if manifest is not None else (store.read_json(MANIFEST) or {})
+    return str(m.get("checkpoint") or CHECKPOINT)
+
+
+def checkpoint_offset(store: StateStore, manifest: dict[str, Any] | None = None) -> BinlogOffset | None:
+    """The end offset of the last micro-batch the checkpoint marks committed (None: no checkpoint).
+
+    Spark's checkpoint keeps ``offsets/<batch>`` (written before a batch runs: version line,
+    metadata line, then one line per source) and ``commits/<batch>`` (written after it finished).
+    """
+    ckpt = checkpoint_dir(store, manifest)
+    commits = [int(n) for n in store.list(f"{ckpt}/commits") if n.isdigit()]
+    if not commits:
+        return None
+    batch = max(commits)
+    with store.fs.open(store.path(f"{ckpt}/offsets/{batch}"), "r") as f:
+        lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
+    if len(lines) < 3:
+        raise ValueError(f"unexpected checkpoint offsets file for batch {batch}: {lines!r}")
+    return BinlogOffset.from_dict(json.loads(lines[2]))
+
+
+
+def watch_condition(
+    state: dict[str, Any], target: BinlogOffset | None, max_lag_seconds: float | None
+) -> tuple[bool, str | None]:
+    """(done, error) for a watcher: an error if the stream is not running; done once the committed
+    offset reached ``target`` (when given) and the lag is at most ``max_lag_seconds`` (when given)."""
+    if not state["running"]:
+        return False, (
+            f"the stream is not running (state {state['state']}"
+            + (f": {state['reason']}" if state.get("reason") else "")
+            + "); see its driver log"
+            + (f" {state['log_path']}" if state.get("log_path") else "")
+        )
+    if target is not None:
+        committed = state.get("committed_offset")
+        if not committed or BinlogOffset.from_dict(committed) < target:
+            return False, None
+    if max_lag_seconds is not None:
+        lag = state.get("lag_seconds")
+        if lag is None or lag > max_lag_seconds:
+            return False, None
+    return True, None
+
+
+def wait_until_applied(store: StateStore, target: BinlogOffset, timeout: float = 300.0) -> dict[str, Any]:
+    """Block until the running stream's committed offset reaches ``target``; raise if it stops."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = stream_state(store)
+        done, error = watch_condition(st, target, None)
+        if error:
+            raise RuntimeError(error)
+        if done:
+            return st
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"stream {store.pipeline_id} did not reach {target} within {timeout:.0f}s "
+                f"(committed {st['committed_offset']}, last batch {st['last_batch']})"
+            )
+        time.sleep(0.5)

@@ -1,0 +1,104 @@
+"""Start a stream job that outlives the Airflow task that starts it, and wait until it runs.
+
+In ``local[*]`` or client mode the Spark driver is the ``spark-submit`` process itself, so a
+detached stream is a ``spark-submit`` in its own session (no controlling task, stdin closed,
+output to a log file), recorded in ``stream/handle.json``. The launch is confirmed only when the
+driver reports ``running`` in its run record, so a stream that fails at start (purged binlog, bad
+manifest, no JDBC jar) fails the task with the driver's own message instead of "launched".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import HANDLE, RUN
+
+log = logging.getLogger(__name__)
+
+
+class StreamLaunchError(RuntimeError):
+    """The stream did not start; the message carries the driver's error or its log's last lines."""
+
+
+def log_path_for(store: StateStore, run_id: str) -> str:
+    if store.protocol in ("file", "local"):
+        d = Path(store.path("stream", "logs"))
+    else:  # the state store is remote: keep the driver log on this worker
+        d = Path(tempfile.gettempdir()) / "mysqlcdc" / store.pipeline_id
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d / f"stream-{run_id}.log")
+
+
+def _tail(path: str, lines: int = 25) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def launch_detached(
+    store: StateStore, cmd: list[str], env: dict[str, str], run_id: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Start ``cmd`` (a spark-submit command line) in its own session; record and return its handle."""
+    path = log_path_for(store, run_id)
+    with open(path, "ab") as logf:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    handle = {
+        "run_id": run_id,
+        "mode": "detached",
+        "launcher_pid": proc.pid,
+        "host": socket.gethostname(),
+        "log_path": path,
+        "started_at": time.time(),
+        **(extra or {}),
+    }
+    store.write_json(HANDLE, handle)
+    log.info("launched the stream (run %s, spark-submit pid %d); driver log: %s", run_id, proc.pid, path)
+    return {**handle, "_proc": proc}
+
+
+def wait_until_running(
+    store: StateStore, run_id: str, proc: subprocess.Popen | None = None, log_path: str | None = None,
+    timeout: float = 300.0,
+) -> dict[str, Any]:
+    """Block until the run record of ``run_id`` says running; raise with the driver's error if it fails."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = store.read_json(RUN) or {}
+        if run.get("run_id") == run_id:
+            if run.get("state") == "running":
+                return run
+            if run.get("state") in ("failed", "stopped"):
+                raise StreamLaunchError(
+                    f"the stream {run.get('state')} at start: {run.get('error') or 'see its log'}"
+                    + (f" (driver log: {log_path})" if log_path else "")
+                )
+        if proc is not None and proc.poll() is not None:
+            raise StreamLaunchError(
+                f"spark-submit exited with code {proc.returncode} before the stream ran; last lines of "
+                f"{log_path}:\n{_tail(log_path) if log_path else ''}"
+            )
+        time.sleep(0.5)
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, 9)
+    raise StreamLaunchError(
+        f"the stream did not report running within {timeout:.0f}s; last lines of {log_path}:\n"
+        f"{_tail(log_path) if log_path else ''}"
+    )

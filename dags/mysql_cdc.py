@@ -1,0 +1,171 @@
+"""Example DAGs of airflow-provider-mysqlcdc: copy this file into your dags folder and adapt it.
+
+``mysql_cdc`` captures MySQL/MariaDB tables into Delta Lake:
+
+    plan ─▶ snapshot (mapped: one task per split group, one Spark application each)
+         ─▶ stream (builds the manifest from the snapshot's high watermarks, launches the binlog stream)
+         ─▶ wait_caught_up (deferrable: until the stream has applied everything up to "now")
+
+Trigger it from the UI form or the CLI; every run reconciles the pipeline with its params:
+
+* first run: snapshots ``tables`` and starts the stream;
+* ``tables`` extended by a new table: snapshots only the new table while the stream keeps the
+  others current, then hands it over to the stream (stopped gracefully, restarted with the merged
+  manifest — from its checkpoint, or as a new stream generation from the new table's watermarks);
+* ``backfill_tables=["db.t"]``: re-snapshots ``db.t`` and swaps its Delta table in one commit;
+* nothing new: leaves a running stream alone, or restarts a stopped one from its checkpoint.
+
+``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
+``mysql_cdc``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
+Defaults for the roots and tables come from ``MYSQLCDC_SINK_ROOT``, ``MYSQLCDC_STATE_ROOT`` and
+``MYSQLCDC_TABLES`` (comma-separated) when set.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param
+
+from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.config import DEFAULT_CHUNKS_PER_TASK, STARTUP_MODES, STREAM_MODES
+from airflow_provider_mysqlcdc.operators import (
+    MySqlCdcPlanOperator,
+    MySqlCdcSnapshotOperator,
+    MySqlCdcStopStreamOperator,
+    MySqlCdcStreamOperator,
+)
+from airflow_provider_mysqlcdc.sensors.stream import MySqlCdcStreamSensor
+
+TABLE_PATTERN = r"^[^.\s`]+\.[^.\s`]+$"
+PIPELINE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+DEFAULT_SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")
+DEFAULT_STATE_ROOT = os.environ.get("MYSQLCDC_STATE_ROOT", "/tmp/mysqlcdc/state")
+DEFAULT_TABLES = [t.strip() for t in os.environ.get("MYSQLCDC_TABLES", "shop.orders").split(",") if t.strip()]
+
+P = "params"  # shorthand for templates below
+
+with DAG(
+    dag_id="mysql_cdc",
+    description="Lock-free MySQL CDC: chunked snapshot on Spark, then the binlog stream, into Delta Lake",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,  # runs reconcile one pipeline state; two at once would race
+    render_template_as_native_obj=True,  # lists and numbers reach the operators as such
+    tags=["mysql", "cdc", "spark", "delta"],
+    doc_md=__doc__,
+    params={
+        "pipeline_id": Param(
+            "shop", type="string", pattern=PIPELINE_PATTERN, title="Pipeline id",
+            description="Names the pipeline's state and stream. One pipeline = one stream.",
+        ),
+        "tables": Param(
+            DEFAULT_TABLES, type="array", items={"type": "string", "pattern": TABLE_PATTERN}, minItems=1,
+            title="Tables", description="<database>.<table> names to capture; add one to start capturing it.",
+        ),
+        "sink_root": Param(
+            DEFAULT_SINK_ROOT, type="string", minLength=1, title="Sink root",
+            description="Delta tables go to <sink_root>/<db>/<table> (local path or s3://, abfss://, gs://).",
+        ),
+        "state_root": Param(
+            DEFAULT_STATE_ROOT, type="string", minLength=1, title="State root",
+            description="Plans, chunk results, the stream manifest and checkpoint (shared by all workers).",
+        ),
+        "chunk_size": Param(
+            DEFAULT_CHUNK_SIZE, type="integer", minimum=1, title="Chunk size",
+            description="Rows per snapshot chunk.",
+        ),
+        "chunks_per_task": Param(
+            DEFAULT_CHUNKS_PER_TASK, type="integer", minimum=1, title="Chunks per task",
+            description="Chunks per mapped snapshot task (one Spark application each).",
+        ),
+        "startup_mode": Param(
+            "initial", enum=list(STARTUP_MODES), title="Startup mode",
+            description="initial = snapshot + stream; snapshot-only; latest-offset / specific-offset = new tables "
+            "start at that binlog offset with no snapshot.",
+        ),
+        "specific_offset_file": Param(
+            None, type=["null", "string"], title="Specific offset: binlog file",
+            description="For startup_mode specific-offset, e.g. mysql-bin.000042",
+        ),
+        "specific_offset_pos": Param(
+            None, type=["null", "integer"], minimum=4, title="Specific offset: position",
+            description="For startup_mode specific-offset, e.g. 4",
+        ),
+        "backfill_tables": Param(
+            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Backfill tables",
+            description="Captured tables to re-snapshot (their Delta table is swapped in one commit).",
+        ),
+        "skip_backfill": Param(
+            False, type="boolean", title="Skip backfill",
+            description="Skip the binlog window replay of each chunk (faster; at-least-once until the stream "
+            "catches up).",
+        ),
+        "stream_mode": Param(
+            "detached", enum=list(STREAM_MODES), title="Stream mode",
+            description="detached: the run ends while the stream keeps running; attached: the stream task is the "
+            "stream.",
+        ),
+        "spark_conf": Param({}, type="object", title="Spark conf", description="Extra Spark configuration."),
+    },
+) as dag:
+    plan = MySqlCdcPlanOperator(
+        task_id="plan",
+        pipeline_id="{{ params.pipeline_id }}",
+        sink_root="{{ params.sink_root }}",
+        state_root="{{ params.state_root }}",
+        tables="{{ params.tables }}",
+        chunk_size="{{ params.chunk_size }}",
+        chunks_per_task="{{ params.chunks_per_task }}",
+        startup_mode="{{ params.startup_mode }}",
+        specific_offset={"file": "{{ params.specific_offset_file }}", "pos": "{{ params.specific_offset_pos }}"},
+        backfill_tables="{{ params.backfill_tables }}",
+        skip_backfill="{{ params.skip_backfill }}",
+    )
+    snapshot = MySqlCdcSnapshotOperator.partial(
+        task_id="snapshot",
+        pipeline_id="{{ params.pipeline_id }}",
+        sink_root="{{ params.sink_root }}",
+        state_root="{{ params.state_root }}",
+        conf="{{ params.spark_conf }}",
+        map_index_template="{{ task.group_label }}",
+        retries=1,
+        retry_delay=timedelta(seconds=10),
+    ).expand_kwargs(plan.output)
+    stream = MySqlCdcStreamOperator(
+        task_id="stream",
+        pipeline_id="{{ params.pipeline_id }}",
+        sink_root="{{ params.sink_root }}",
+        state_root="{{ params.state_root }}",
+        plan_id=plan.output["plan_id"],
+        snapshot_summaries=snapshot.output,
+        stream_mode="{{ params.stream_mode }}",
+        startup_mode="{{ params.startup_mode }}",
+        conf="{{ params.spark_conf }}",
+    )
+    wait_caught_up = MySqlCdcStreamSensor(
+        task_id="wait_caught_up",
+        pipeline_id="{{ params.pipeline_id }}",
+        state_root="{{ params.state_root }}",
+        stream_handle=stream.output,
+        condition="caught_up",
+        timeout=3600,
+        poke_interval=2,
+    )
+    plan >> snapshot >> stream >> wait_caught_up
+
+with DAG(
+    dag_id="mysql_cdc_stop",
+    description="Stop a mysql_cdc pipeline's stream gracefully (after its running micro-batch)",
+    schedule=None,
+    catchup=False,
+    tags=["mysql", "cdc"],
+    params={
+        "pipeline_id": Param("shop", type="string", pattern=PIPELINE_PATTERN, title="Pipeline id"),
+        "state_root": Param(DEFAULT_STATE_ROOT, type="string", minLength=1, title="State root"),
+    },
+) as stop_dag:
+    MySqlCdcStopStreamOperator(
+        task_id="stop_stream", pipeline_id="{{ params.pipeline_id }}", state_root="{{ params.state_root }}"
+    )

@@ -1,0 +1,329 @@
+"""The example DAG end to end in Airflow's test mode: real MariaDB, real Spark, real Airflow.
+
+One pipeline goes through the life a data engineer gives it, in order (the tests share it):
+
+1. first run: plan -> >= 2 mapped snapshot tasks (one spark-submit each) -> detached stream ->
+   deferrable catch-up sensor, under a random writer; sink == source after catch-up;
+2. add a table by param: only the new table is snapshotted, the stream is stopped and resumed
+   from its checkpoint with the merged manifest; all three tables equal their sources;
+3. backfill from the trigger form: a Delta table damaged on purpose is re-snapshotted and swapped
+   in one commit; the others are not touched; all tables equal their sources;
+4. ``mysqlcdc status`` / ``mysqlcdc stop`` on the running stream.
+
+Bad params are tested at both layers: the DAG's JSON schema (trigger form) and the plan task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
+from airflow_provider_mysqlcdc.source.server import current_offset
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
+from airflow_provider_mysqlcdc.testing.airflow_env import load_dag, run_dag
+from airflow_provider_mysqlcdc.testing.background import BackgroundCall
+from airflow_provider_mysqlcdc.testing.random_writer import RandomWriter, make_tables
+from airflow_provider_mysqlcdc.verify import compare
+
+ROWS = 12_000
+DB = "cdc"
+PIPELINE = "shop"
+
+
+@pytest.fixture(scope="module")
+def pipeline(private_server: Any, airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    work = tmp_path_factory.mktemp("airflow-pipeline")
+    private_server.execute(f"CREATE DATABASE {DB}")
+    tables = make_tables(private_server, DB, rows=ROWS)
+    saved = {k: os.environ.get(k) for k in ("AIRFLOW_CONN_MYSQL_CDC_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT")}
+    os.environ["AIRFLOW_CONN_MYSQL_CDC_DEFAULT"] = private_server.airflow_conn_json()
+    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
+    ctx = {
+        "server": private_server,
+        "settings": private_server.cdc_settings(),
+        "tables": tables,  # cdc.t_int, cdc.t_comp, cdc.t_ci
+        "conf": {
+            "pipeline_id": PIPELINE,
+            "sink_root": str(work / "lake"),
+            "state_root": str(work / "state"),
+            "chunk_size": 2_000,
+            "chunks_per_task": 4,
+        },
+        "dag": load_dag("mysql_cdc"),
+    }
+    try:
+        yield ctx
+    finally:
+        from airflow_provider_mysqlcdc.stream.control import request_stop
+
+        request_stop(StateStore(ctx["conf"]["state_root"], PIPELINE), timeout=60)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _store(p: dict) -> StateStore:
+    return StateStore(p["conf"]["state_root"], PIPELINE)
+
+
+def _catch_up_and_compare(p: dict, tables: list[str]) -> None:
+    with p["settings"].connect() as conn:
+        target = current_offset(conn)
+    wait_until_applied(_store(p), target, timeout=240)
+    sink = DeltaSink(p["conf"]["sink_root"])
+    with p["settings"].connect() as conn:
+        for t in tables:
+            cmp = compare(conn, read_table_schema(conn, TableId.parse(t)), sink.read(t))
+            assert cmp.match, f"{t}: {cmp}"
+            assert cmp.source_rows > ROWS // 2
+
+
+def _run_under_writer(p: dict, conf: dict, seed: int, before: float = 1.0, after: float = 3.0) -> Any:
+    writer = RandomWriter(p["server"], DB, rate=120.0, seed=seed, rows=ROWS)
+    writer.start()
+    try:
+        time.sleep(before)
+        run = run_dag(p["dag"], {**p["conf"], **conf})
+        time.sleep(after)  # the stream applies changes made after the run finished
+    finally:
+        writer.stop_event.set()
+        writer.join()
+    assert writer.transactions > 100 * (before + after), writer.transactions
+    return run
+
+
+def test_first_run_snapshots_in_mapped_tasks_and_streams(pipeline: dict) -> None:
+    first = pipeline["tables"][:2]  # t_int, t_comp
+    run = _run_under_writer(pipeline, {"tables": first}, seed=11)
+    assert run.state == "success", run.task_states
+    groups = run.xcom("plan")
+    assert len(groups) >= 2 and {g["group_id"] for g in groups} == set(range(len(groups)))
+    assert run.states_of("snapshot") == ["success"] * len(groups)
+    summaries = run.mapped_xcoms("snapshot")
+    assert len(summaries) == len(groups)
+    record = _store(pipeline).read_plan(run.xcom("plan", key="plan_id"))
+    planned_chunks = sum(len(g["splits"]) for g in record["groups"])
+    assert sum(s["chunks"] for s in summaries) == planned_chunks >= 10
+    assert set().union(*(s["tables"] for s in summaries)) == set(first)
+    assert sum(s["rows"] for s in summaries) >= 2 * ROWS * 0.9
+    for s in summaries:
+        assert s["min_hw"] and s["max_hw"] and s["rows"] > 0
+        assert BinlogOffset.from_dict(s["min_hw"]) <= BinlogOffset.from_dict(s["max_hw"])
+    assert [s["group_label"] for s in summaries] == [g["group_label"] for g in groups]
+    handle = run.xcom("stream")
+    assert handle["launched"] and handle["running"] and not handle["from_checkpoint"]
+    assert run.task_states[("wait_caught_up", -1)] == "success"
+    _catch_up_and_compare(pipeline, first)
+
+
+def test_adding_a_table_snapshots_only_that_table(pipeline: dict) -> None:
+    store = _store(pipeline)
+    old_run = stream_state(store)["run_id"]
+    tables = pipeline["tables"]
+    run = _run_under_writer(pipeline, {"tables": tables}, seed=12)
+    assert run.state == "success", run.task_states
+    summary = run.xcom("plan", key="plan_summary")
+    assert summary["snapshot_tables"] == [tables[2]]
+    assert summary["unchanged_tables"] == tables[:2]
+    assert summary["stopped_stream"] is False  # the stream kept the old tables current meanwhile
+    summaries = run.mapped_xcoms("snapshot")
+    assert summaries and all(s["tables"] == [tables[2]] for s in summaries)
+    plan_id = run.xcom("plan", key="plan_id")
+    assert {r.table for r in store.read_all_results(plan_id)} == {tables[2]}  # old tables not re-read
+    handle = run.xcom("stream")
+    assert handle["launched"] and handle["run_id"] != old_run
+    manifest = store.read_json("manifest.json")
+    assert set(manifest["tables"]) == set(tables)
+    # The stream ran on (the writer kept it busy) while t_ci was snapshotted, so it hands over in a
+    # new generation starting at t_ci's earliest HW; the old tables' chunks filter out what the old
+    # generation applied.
+    assert handle["plan"]["new_generation"] == 1, handle
+    assert not handle["from_checkpoint"] and manifest["checkpoint"] == "checkpoint-g1"
+    new_hws = [BinlogOffset.from_dict(s["high_watermark"]) for s in manifest["tables"][tables[2]]["splits"]]
+    assert BinlogOffset.from_dict(manifest["start_offset"]) == min(new_hws)
+    p = BinlogOffset.from_dict(handle["plan"]["checkpoint_offset"])
+    assert min(new_hws) < p
+    for t in tables[:2]:
+        assert all(BinlogOffset.from_dict(s["high_watermark"]) >= p for s in manifest["tables"][t]["splits"])
+    _catch_up_and_compare(pipeline, tables)
+
+
+def test_backfill_replaces_a_damaged_table(pipeline: dict) -> None:
+    from deltalake import DeltaTable
+
+    store, tables = _store(pipeline), pipeline["tables"]
+    sink = DeltaSink(pipeline["conf"]["sink_root"])
+    damaged = tables[1]  # t_comp
+    dt = DeltaTable(sink.table_uri(damaged))
+    dt.delete("n % 7 = 0")
+    dt.update(updates={"v": "-1"}, predicate="n % 5 = 0")
+    with pipeline["settings"].connect() as conn:
+        assert not compare(conn, read_table_schema(conn, TableId.parse(damaged)), sink.read(damaged)).match
+    versions_before = {t: DeltaTable(sink.table_uri(t)).version() for t in tables}
+
+    run = _run_under_writer(pipeline, {"tables": tables, "backfill_tables": [damaged]}, seed=13)
+    assert run.state == "success", run.task_states
+    summary = run.xcom("plan", key="plan_summary")
+    assert summary["snapshot_tables"] == [damaged] and summary["backfill_tables"] == [damaged]
+    assert run.xcom("stream")["plan"]["resnapshotted"] == [damaged]
+    history = DeltaTable(sink.table_uri(damaged)).history()
+    swaps = [h for h in history if "re_snapshot" in json.dumps(h.get("mysqlcdc", h))]
+    assert swaps, "the backfill swaps the table in with one commit"
+    for t in tables:
+        if t != damaged:  # only stream MERGEs touched the others, never a snapshot commit
+            newer = [h for h in DeltaTable(sink.table_uri(t)).history() if h["version"] > versions_before[t]]
+            assert all("re_snapshot" not in json.dumps(h) for h in newer)
+    _catch_up_and_compare(pipeline, tables)
+    assert store.read_json("current_plan.json")["finalized"] is True
+
+
+def test_retrigger_with_nothing_new_leaves_the_stream_running(pipeline: dict) -> None:
+    """Re-running the DAG is safe: zero mapped snapshot tasks, the stream is left as it is."""
+    before = stream_state(_store(pipeline))
+    assert before["running"]
+    run = run_dag(pipeline["dag"], {**pipeline["conf"], "tables": pipeline["tables"]})
+    assert run.state == "success", run.task_states
+    assert run.xcom("plan") == []
+    assert run.xcom("plan", key="plan_summary")["unchanged_tables"] == pipeline["tables"]
+    assert ("snapshot", 0) not in run.task_states
+    handle = run.xcom("stream")
+    assert handle["already_running"] is True and handle["run_id"] == before["run_id"]
+    assert run.task_states[("wait_caught_up", -1)] == "success"
+    assert stream_state(_store(pipeline))["run_id"] == before["run_id"]
+
+
+def test_latest_offset_mode_captures_changes_from_now_on(pipeline: dict, tmp_path: Path) -> None:
+    """startup_mode=latest-offset: no snapshot; exactly the rows changed after the run are captured."""
+    server = pipeline["server"]
+    server.execute(
+        "CREATE TABLE cdc.events (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO cdc.events SELECT seq, 'old' FROM seq_1_to_100",
+        database=DB,
+    )
+    conf = {
+        **pipeline["conf"], "pipeline_id": "live", "tables": ["cdc.events"], "startup_mode": "latest-offset",
+        "sink_root": str(tmp_path / "lake"), "state_root": str(tmp_path / "state"),
+    }
+    store = StateStore(conf["state_root"], "live")
+    try:
+        run = run_dag(pipeline["dag"], conf)
+        assert run.state == "success", run.task_states
+        assert run.xcom("plan") == [] and run.xcom("plan", key="plan_summary")["offset_tables"] == ["cdc.events"]
+        server.execute(
+            "INSERT INTO cdc.events SELECT seq, 'new' FROM seq_101_to_150",
+            "UPDATE cdc.events SET v = 'changed' WHERE id <= 5",
+            "DELETE FROM cdc.events WHERE id = 150",
+            database=DB,
+        )
+        with pipeline["settings"].connect() as conn:
+            wait_until_applied(store, current_offset(conn), timeout=180)
+        rows = DeltaSink(conf["sink_root"]).read("cdc.events").to_pylist()
+        got = sorted((r["id"], r["v"]) for r in rows)
+        assert got == sorted([(i, "changed") for i in range(1, 6)] + [(i, "new") for i in range(101, 150)])
+    finally:
+        from airflow_provider_mysqlcdc.stream.control import request_stop
+
+        request_stop(store, timeout=60)
+
+
+def test_status_and_stop_cli(pipeline: dict) -> None:
+    env = {**os.environ}
+    cmd = [sys.executable, "-m", "airflow_provider_mysqlcdc"]
+    args = ["--pipeline", PIPELINE, "--state-root", pipeline["conf"]["state_root"]]
+    out = subprocess.run([*cmd, "status", *args], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    status = json.loads(out.stdout)
+    assert status["stream_running"] is True
+    assert status["server_offset"] and status["committed_offset"]
+    assert set(status["tables"]) == set(pipeline["tables"])
+    assert set(status["tables"].values()) == {"streaming"}
+
+    out = subprocess.run([*cmd, "stop", *args], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    stopped = json.loads(out.stdout)
+    assert stopped["stopped"] is True and stopped["state"] == "stopped"
+    run = _store(pipeline).read_json("stream/run.json")
+    assert run["state"] == "stopped"
+    status = json.loads(subprocess.run([*cmd, "status", *args], env=env, capture_output=True, text=True).stdout)
+    assert status["stream_running"] is False
+    assert set(status["tables"].values()) == {"captured (stream stopped)"}
+
+
+def test_attached_mode_runs_the_stream_in_the_task_until_stopped(pipeline: dict) -> None:
+    """stream_mode=attached: the task is the stream (resumed from its checkpoint); a stop ends the task."""
+    from airflow_provider_mysqlcdc.operators import MySqlCdcStreamOperator
+    from airflow_provider_mysqlcdc.stream.control import checkpoint_offset, request_stop
+
+    store = _store(pipeline)
+    assert not stream_state(store)["running"]  # stopped by the previous test
+    ckpt = checkpoint_offset(store)
+    op = MySqlCdcStreamOperator(
+        task_id="stream", pipeline_id=PIPELINE, sink_root=pipeline["conf"]["sink_root"],
+        state_root=pipeline["conf"]["state_root"], plan_id=store.read_json("current_plan.json")["plan_id"],
+        stream_mode="attached",
+    )
+    th = BackgroundCall(lambda: op.execute({"run_id": "manual__attached"}))
+    th.start()
+    deadline = time.monotonic() + 180
+    while not stream_state(store)["running"] and th.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert stream_state(store)["running"], th.error
+    assert th.is_alive()  # the task holds the stream
+    pipeline["server"].execute("UPDATE t_int SET v = v + 1000 WHERE id <= 20", database=DB)
+    _catch_up_and_compare(pipeline, pipeline["tables"])
+    stopped = request_stop(store, timeout=120)
+    assert stopped["stopped"] is True
+    th.join(timeout=120)
+    assert not th.is_alive() and th.error is None, th.error
+    result = th.result
+    assert result["launched"] and result["from_checkpoint"] and result["final_state"] == "stopped"
+    assert BinlogOffset.from_dict(result["start_offset"]) == ckpt
+
+
+def test_bad_params_are_refused_before_any_spark_job(pipeline: dict) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = pipeline["dag"]
+    base = {**pipeline["conf"], "pipeline_id": "bad", "tables": ["cdc.t_int"]}
+    with pytest.raises(ParamValidationError, match="chunk_size"):
+        run_dag(dag, {**base, "chunk_size": 0})
+    with pytest.raises(ParamValidationError, match="startup_mode"):
+        run_dag(dag, {**base, "startup_mode": "sometimes"})
+    run = run_dag(dag, {**base, "tables": ["cdc.no_such_table"]})
+    assert run.state == "failed"
+    assert run.task_states[("plan", -1)] == "failed"
+    assert run.task_states[("snapshot", -1)] == "upstream_failed"
+    assert not StateStore(pipeline["conf"]["state_root"], "bad").exists("plans")
+
+
+def test_plan_operator_explains_bad_values(pipeline: dict) -> None:
+    """Operators used outside the example DAG (no JSON schema) check the same things themselves."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_mysqlcdc.operators import MySqlCdcPlanOperator
+
+    op = MySqlCdcPlanOperator(
+        task_id="plan", pipeline_id="bad", sink_root="/tmp/x", state_root="/tmp/y",
+        tables=["cdc.t_int", "nodot"], chunk_size=0, startup_mode="sometimes", backfill_tables=["cdc.other"],
+    )
+    with pytest.raises(AirflowFailException) as exc:
+        op.execute({"run_id": "manual__x"})
+    msg = str(exc.value)
+    for fragment in ("chunk_size must be >= 1", "startup_mode 'sometimes'", "'nodot' is not a table name",
+                     "backfill_tables ['cdc.other'] are not in tables"):
+        assert fragment in msg, msg
+    assert not Path("/tmp/y/bad").exists()

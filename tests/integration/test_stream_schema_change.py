@@ -1,0 +1,163 @@
+"""DDL while streaming: ALTER TABLE reaches the Delta table; unsupported DDL stops the stream, losing nothing.
+
+The stream runs in this process (``run_stream`` in a thread, Spark local[2]) over a snapshotted
+table. ``ADD COLUMN`` and a type widening are run between writes — some in the same micro-batch
+as rows written before and after them — and the Delta table must then equal the source, column
+for column (rows older than the ADD COLUMN read NULL there, as they do in the source). A TRUNCATE
+must stop the stream with a message naming the fix, with every change before it applied.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
+from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
+from airflow_provider_mysqlcdc.source.server import current_offset
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import MANIFEST, StreamRunRecorder, stream_state, wait_until_applied
+from airflow_provider_mysqlcdc.stream.job import StreamOptions, StreamSchemaError, run_stream
+from airflow_provider_mysqlcdc.stream.manifest import build_manifest
+from airflow_provider_mysqlcdc.verify import compare
+
+
+class StreamThread(threading.Thread):
+    def __init__(self, spark: Any, settings: Any, store: StateStore, sink: DeltaSink):
+        super().__init__(daemon=True)
+        self.args = (spark, settings, store, sink)
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.recorder = StreamRunRecorder(store, f"schema-test-{id(self)}")
+        self.recorder.write(state="starting")
+
+    def run(self) -> None:
+        spark, settings, store, sink = self.args
+        try:
+            run_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5), self.recorder, self.stop_event)
+        except BaseException as exc:
+            self.error = exc
+
+
+def _equal(settings: Any, sink: DeltaSink, table: str) -> None:
+    with settings.connect() as conn:
+        cmp = compare(conn, read_table_schema(conn, TableId.parse(table)), sink.read(table))
+    assert cmp.match, cmp
+
+
+@pytest.fixture
+def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: Any):  # type: ignore[no-untyped-def]
+    mariadb.execute(
+        f"CREATE TABLE `{db}`.t (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))",
+        f"INSERT INTO `{db}`.t SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_3000",
+        database=db,
+    )
+    table = f"{db}.t"
+    store, sink = StateStore(str(tmp_path / "state"), "ddl"), DeltaSink(str(tmp_path / "lake"))
+    with cdc_settings.connect() as conn:
+        plan = plan_snapshot(conn, [table], 500, 4)
+    store.write_plan("p1", plan.to_dict())
+    for g in plan.groups:
+        run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink)
+    store.write_json(MANIFEST, build_manifest(plan, store.read_all_results("p1")))
+    th = StreamThread(spark, cdc_settings, store, sink)
+    th.start()
+    deadline = time.monotonic() + 120
+    while not stream_state(store)["running"] and th.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    yield mariadb, db, table, store, sink, th
+    th.stop_event.set()
+    th.join(timeout=120)
+
+
+def _applied(cdc_settings: Any, store: StateStore, th: StreamThread) -> None:
+    with cdc_settings.connect() as conn:
+        target = current_offset(conn)
+    deadline = time.monotonic() + 120
+    while stream_state(store)["state"] == "starting" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    th.recorder._last_beat = 0  # heartbeat now, not in 5 s
+    wait_until_applied(store, target, timeout=180)
+
+
+def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_settings: Any) -> None:
+    mariadb, db, table, store, sink, th = streaming
+    # One burst: rows before and after each DDL land in the same micro-batch.
+    mariadb.execute(
+        "UPDATE t SET v = v + 1 WHERE id <= 50",
+        "ALTER TABLE t ADD COLUMN extra VARCHAR(10) NULL",
+        "INSERT INTO t VALUES (5001, 1, 'new', 'x1'), (5002, 2, NULL, NULL)",
+        "UPDATE t SET extra = 'set' WHERE id BETWEEN 100 AND 120",
+        "DELETE FROM t WHERE id BETWEEN 200 AND 210",
+        "ALTER TABLE t MODIFY v BIGINT NOT NULL",
+        "UPDATE t SET v = 5000000000 + id WHERE id BETWEEN 300 AND 320",
+        "INSERT INTO t VALUES (5003, 9000000000, 'big', 'x3')",
+        database=db,
+    )
+    _applied(cdc_settings, store, th)
+    assert th.error is None, th.error
+    _equal(cdc_settings, sink, table)
+    entry = store.read_json(MANIFEST)["tables"][table]
+    assert entry["added_columns"] == ["extra"] and entry["schema_position"]
+    delta = sink.read(table).schema
+    assert str(delta.field("v").type) == "int64" and "extra" in delta.names
+
+    mariadb.execute("UPDATE t SET extra = 'later', v = v * 2 WHERE id <= 10", database=db)
+    _applied(cdc_settings, store, th)
+    _equal(cdc_settings, sink, table)
+    assert stream_state(store)["running"]
+
+
+def test_truncate_stops_the_stream_and_a_backfill_recovers(
+    streaming: Any, cdc_settings: Any, spark: Any
+) -> None:
+    from airflow_provider_mysqlcdc.config import PipelineConfig
+    from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
+    from airflow_provider_mysqlcdc.stream.control import checkpoint_offset
+
+    mariadb, db, table, store, sink, th = streaming
+    mariadb.execute("UPDATE t SET v = -v WHERE id <= 100", "DELETE FROM t WHERE id > 2900", database=db)
+    mariadb.execute("TRUNCATE TABLE t", "INSERT INTO t VALUES (1, 1, 'after')", database=db)
+    th.join(timeout=180)
+    assert not th.is_alive()
+    assert isinstance(th.error, StreamSchemaError), th.error
+    msg = str(th.error)
+    assert "TRUNCATE" in msg and f"backfill_tables=['{table}']" in msg
+    run = store.read_json("stream/run.json")
+    assert run["state"] == "failed" and "TRUNCATE" in run["error"]
+    # Stopped before the TRUNCATE: the sink still has the rows, nothing after the TRUNCATE applied,
+    # and the checkpoint is not past it (the batch holding it was never committed).
+    rows = sink.read(table).to_pylist()
+    assert len(rows) >= 2900 and not any(r["note"] == "after" for r in rows)
+    ddl_at = store.read_json("stream/schema-change.json")["changes"][0]["offset"]
+    from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+
+    ckpt = checkpoint_offset(store)  # None: no batch committed since the stream started
+    assert ckpt is None or ckpt <= BinlogOffset.from_dict(ddl_at)
+
+    # The fix the message names: re-snapshot the table; the stream then resumes past the TRUNCATE.
+    config = PipelineConfig.from_params(
+        pipeline_id="ddl", sink_root=sink.root, state_root=store.state_root, tables=[table],
+        backfill_tables=[table], chunk_size=500, chunks_per_task=4,
+    )
+    with cdc_settings.connect() as conn:
+        outcome = plan_run(conn, store, config, "p2", sink.exists)
+    assert outcome.backfill_tables == [table]
+    for g in outcome.groups:
+        run_snapshot_group(spark, cdc_settings, store, "p2", g["group_id"], sink)
+    finalize_run(store, sink, "p2")
+    mariadb.execute("INSERT INTO t VALUES (2, 2, 'resumed', )".replace(", )", ")"), database=db)
+    th2 = StreamThread(spark, cdc_settings, store, sink)
+    th2.start()
+    try:
+        _applied(cdc_settings, store, th2)
+        assert th2.error is None, th2.error
+        _equal(cdc_settings, sink, table)
+    finally:
+        th2.stop_event.set()
+        th2.join(timeout=120)

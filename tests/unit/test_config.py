@@ -1,0 +1,97 @@
+"""PipelineConfig: every bad parameter is reported at once, with the value given and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_mysqlcdc.config import PipelineConfig, PipelineConfigError
+
+BASE = {"pipeline_id": "shop", "sink_root": "/lake", "state_root": "/state", "tables": ["shop.orders"]}
+
+
+def test_defaults_and_normalisation() -> None:
+    c = PipelineConfig.from_params(**{**BASE, "tables": ["shop.orders", "`shop`.`items`", "shop.orders"]})
+    assert c.tables == ["shop.orders", "shop.items"]
+    assert c.startup_mode == "initial" and c.snapshots and c.streams
+    assert c.backfill_tables == [] and c.skip_backfill is False and c.start_offset() is None
+
+
+def test_templated_text_values_are_accepted() -> None:
+    c = PipelineConfig.from_params(
+        **{**BASE, "tables": "['shop.a', 'shop.b']", "chunk_size": "500", "chunks_per_task": "3",
+           "backfill_tables": "shop.a", "skip_backfill": "True"}
+    )
+    assert c.tables == ["shop.a", "shop.b"] and c.chunk_size == 500 and c.chunks_per_task == 3
+    assert c.backfill_tables == ["shop.a"] and c.skip_backfill is True
+
+
+def test_all_problems_reported_together() -> None:
+    with pytest.raises(PipelineConfigError) as exc:
+        PipelineConfig.from_params(
+            pipeline_id="no spaces", sink_root="", state_root="/s", tables=["orders"], chunk_size=0,
+            chunks_per_task=True, startup_mode="sometimes", backfill_tables=["shop.x"],
+        )
+    msg = str(exc.value)
+    for fragment in (
+        "pipeline_id 'no spaces' is not valid",
+        "sink_root must be a directory or URL",
+        "'orders' is not a table name written as <database>.<table>",
+        "chunk_size must be >= 1, got 0",
+        "chunks_per_task must be an integer, got True",
+        "startup_mode 'sometimes' is not one of",
+        "backfill_tables ['shop.x'] are not in tables",
+    ):
+        assert fragment in msg, msg
+    assert len(exc.value.problems) >= 7
+
+
+def test_empty_tables() -> None:
+    with pytest.raises(PipelineConfigError, match="tables is empty"):
+        PipelineConfig.from_params(**{**BASE, "tables": []})
+
+
+@pytest.mark.parametrize(
+    ("offset", "expected"),
+    [
+        ({"file": "mysql-bin.000042", "pos": 4}, ("mysql-bin.000042", 4)),
+        ("mysql-bin.000007:1234", ("mysql-bin.000007", 1234)),
+        ('{"file": "m.000001", "pos": "99"}', ("m.000001", 99)),
+    ],
+)
+def test_specific_offset_forms(offset: object, expected: tuple[str, int]) -> None:
+    c = PipelineConfig.from_params(**{**BASE, "startup_mode": "specific-offset", "specific_offset": offset})
+    off = c.start_offset()
+    assert off is not None and (off.file, off.pos) == expected
+    assert not c.snapshots and c.streams
+
+
+@pytest.mark.parametrize(
+    ("offset", "fragment"),
+    [
+        (None, "needs specific_offset with a binlog file and position"),
+        ({"file": None, "pos": None}, "needs specific_offset"),
+        ({"file": "notabinlog", "pos": 4}, "is not a binlog file name"),
+        ({"file": "mysql-bin.000001", "pos": 2}, "specific_offset pos must be >= 4"),
+        ("garbage", "neither"),
+    ],
+)
+def test_specific_offset_problems(offset: object, fragment: str) -> None:
+    with pytest.raises(PipelineConfigError, match=fragment):
+        PipelineConfig.from_params(**{**BASE, "startup_mode": "specific-offset", "specific_offset": offset})
+
+
+def test_offset_ignored_unless_specific_mode() -> None:
+    c = PipelineConfig.from_params(**{**BASE, "specific_offset": {"file": None, "pos": None}})
+    assert c.specific_offset is None
+
+
+def test_backfill_needs_a_snapshot_mode() -> None:
+    with pytest.raises(PipelineConfigError, match="backfill_tables needs startup_mode 'initial' or 'snapshot-only'"):
+        PipelineConfig.from_params(**{**BASE, "startup_mode": "latest-offset", "backfill_tables": ["shop.orders"]})
+
+
+def test_chunk_key_columns() -> None:
+    c = PipelineConfig.from_params(**{**BASE, "chunk_key_columns": '{"shop.orders": ["id"]}'})
+    assert c.chunk_key_columns == {"shop.orders": ["id"]}
+    with pytest.raises(PipelineConfigError, match="chunk_key_columns must map"):
+        PipelineConfig.from_params(**{**BASE, "chunk_key_columns": {"shop.orders": "id"}})

@@ -1,0 +1,155 @@
+"""Pure parts of the pipeline steps: manifest merge, offset-only entries, stream state and control."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.pipeline import merge_manifests, new_plan_id, offset_manifest_entry
+from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import (
+    RUN,
+    STOP_REQUEST,
+    StreamRunRecorder,
+    checkpoint_offset,
+    request_stop,
+    stream_state,
+    watch_condition,
+)
+from airflow_provider_mysqlcdc.stream.manifest import split_filter_from_manifest
+
+
+def _schema(name: str = "shop.t") -> TableSchema:
+    cols = [ColumnInfo("id", 1, "bigint", "bigint(20)", False), ColumnInfo("v", 2, "int", "int(11)", True)]
+    return TableSchema(TableId.parse(name), cols, ["id"])
+
+
+def _entry(name: str, hws: list[tuple[str, int]]) -> dict:
+    e = offset_manifest_entry(_schema(name), [{"name": "id", "kind": "int", "collation": None}],
+                              {"file": hws[0][0], "pos": hws[0][1]})
+    return e
+
+
+def test_offset_entry_is_one_unbounded_chunk_that_passes_from_its_offset() -> None:
+    m = merge_manifests(None, {"shop.t": _entry("shop.t", [("b.000002", 400)])}, {})
+    assert m["start_offset"] == {"file": "b.000002", "pos": 400}
+    f = split_filter_from_manifest(m)
+    assert not f.emits("shop.t", (5,), BinlogOffset("b.000002", 399))
+    assert f.emits("shop.t", (5,), BinlogOffset("b.000002", 400))
+    assert f.emits("shop.t", (-(2**62),), BinlogOffset("b.000003", 4))
+    assert not f.emits("shop.other", (5,), BinlogOffset("b.000003", 4))
+
+
+def test_merge_keeps_old_tables_replaces_given_ones_and_takes_the_min_hw() -> None:
+    old = merge_manifests(None, {"shop.a": _entry("shop.a", [("b.000003", 100)])}, {"x": {"k": 1}})
+    new = merge_manifests(old, {"shop.b": _entry("shop.b", [("b.000002", 900)])}, {"y": {"k": 2}})
+    assert set(new["tables"]) == {"shop.a", "shop.b"}
+    assert new["start_offset"] == {"file": "b.000002", "pos": 900}
+    assert new["collations"] == {"x": {"k": 1}, "y": {"k": 2}}
+    again = merge_manifests(new, {"shop.a": _entry("shop.a", [("b.000004", 4)])}, {})
+    assert again["tables"]["shop.a"]["splits"][0]["high_watermark"] == {"file": "b.000004", "pos": 4}
+    assert again["tables"]["shop.b"] == new["tables"]["shop.b"]
+
+
+def test_plan_ids_are_safe_and_unique() -> None:
+    a, b = new_plan_id("manual__2026-11-22T06:27:32.218974+00:00"), new_plan_id(None)
+    assert a != b and "manual" in a and "/" not in a and ":" not in a
+    StateStore("/tmp", "p").write_plan  # noqa: B018 - the id must be usable as a path part
+    assert all(c.isalnum() or c in "_.-T" for c in a)
+
+
+def test_checkpoint_offset_reads_the_last_committed_batch(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), "p")
+    assert checkpoint_offset(store) is None
+    base = tmp_path / "p" / "checkpoint"
+    (base / "offsets").mkdir(parents=True)
+    (base / "commits").mkdir()
+    for n, pos in ((0, 100), (1, 200), (2, 300)):
+        (base / "offsets" / str(n)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"file":"b.000001","pos":{pos}}}\n')
+    for n in (0, 1):  # batch 2 was planned but not committed (a crash mid-batch)
+        (base / "commits" / str(n)).write_text("v1\n{}\n")
+    assert checkpoint_offset(store) == BinlogOffset("b.000001", 200)
+
+
+def test_stream_state_and_watch_condition(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), "p")
+    st = stream_state(store)
+    assert st["running"] is False and st["state"] is None
+    assert watch_condition(st, None, None)[1] is not None  # not running -> an error, never "done"
+
+    rec = StreamRunRecorder(store, "r1")
+    rec.write(state="running", committed_offset={"file": "b.000001", "pos": 50})
+    st = stream_state(store)
+    assert st["running"] and st["pid"] == os.getpid()
+    assert watch_condition(st, BinlogOffset("b.000001", 60), None) == (False, None)
+    assert watch_condition(st, BinlogOffset("b.000001", 50), None) == (True, None)
+    store.write_json("stream/status.json", {"lag_seconds": 9.0})
+    assert watch_condition(stream_state(store), None, 5.0) == (False, None)
+    assert watch_condition(stream_state(store), None, 10.0) == (True, None)
+
+    # a heartbeat older than the staleness limit means the driver died without saying so
+    run = store.read_json(RUN)
+    run["heartbeat_at"] = time.time() - 3600
+    store.write_json(RUN, run)
+    st = stream_state(store)
+    assert st["running"] is False and st["state"] == "lost" and "no heartbeat" in st["reason"]
+
+
+def test_stop_request_is_seen_only_by_its_run(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), "p")
+    rec = StreamRunRecorder(store, "r1")
+    rec.write(state="running")
+    assert not rec.stop_requested()
+    store.write_json(STOP_REQUEST, {"run_id": "other", "requested_at": time.time()})
+    assert not rec.stop_requested()
+    store.write_json(STOP_REQUEST, {"run_id": "r1", "requested_at": time.time()})
+    assert rec.stop_requested()
+    store.write_json(STOP_REQUEST, {"run_id": "r1", "requested_at": time.time() - 3600})  # a stale request
+    assert not rec.stop_requested()
+
+
+def test_request_stop_of_a_stream_that_is_not_running(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), "p")
+    store.write_json(STOP_REQUEST, {"run_id": None, "requested_at": time.time()})
+    out = request_stop(store, timeout=1)
+    assert out["stopped"] is False
+    assert not store.exists(STOP_REQUEST)  # no stale request left to stop the next stream
+
+
+@pytest.mark.parametrize("state", ["stopped", "failed"])
+def test_finished_runs_are_not_running(tmp_path: Path, state: str) -> None:
+    store = StateStore(str(tmp_path), "p")
+    StreamRunRecorder(store, "r1").write(state=state, error="boom" if state == "failed" else None)
+    st = stream_state(store)
+    assert st["running"] is False and st["state"] == state
+    done, error = watch_condition(st, None, None)
+    assert not done and state in error and json.dumps(st)
+
+
+def test_finalize_is_not_repeated_over_a_manifest_that_moved_on(tmp_path: Path) -> None:
+    """A retried stream task must not roll back what the stream recorded since (e.g. a followed ALTER)."""
+    from airflow_provider_mysqlcdc.pipeline import finalize_run
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+
+    store, sink = StateStore(str(tmp_path / "state"), "p"), DeltaSink(str(tmp_path / "lake"))
+    store.write_plan("p1", {
+        "tables": {}, "groups": [], "collations": {},
+        "offset_tables": {"shop.t": {
+            "offset": {"file": "b.000001", "pos": 4}, "schema": _schema().to_dict(),
+            "key_columns": [{"name": "id", "kind": "int", "collation": None}], "collations": {},
+        }},
+    })
+    first = finalize_run(store, sink, "p1")
+    assert first.added == ["shop.t"] and sink.exists("shop.t")
+    manifest = store.read_json("manifest.json")
+    manifest["tables"]["shop.t"]["schema_position"] = {"file": "b.000002", "pos": 99}
+    store.write_json("manifest.json", manifest)
+    again = finalize_run(store, sink, "p1")
+    assert again == first
+    assert store.read_json("manifest.json")["tables"]["shop.t"]["schema_position"] == {"file": "b.000002", "pos": 99}
