@@ -16,9 +16,9 @@ default: at Spark's default 1g the single-reader run dies of a Java heap OOM, se
   ``freeze_schema=True`` like the product), touching every value of both images of every row, over
   the same range -> ``bare_reader_rows_per_s``;
 * breakdown (skip with ``--no-breakdown``): the same range through the product's layers in this
-  thread, as CPU seconds: ``BinlogRangeReader`` with the type converter; row_codec JSON encoding;
-  the source's task body (``stream.source._read_partition``: + handoff filter, JSON, Arrow batches);
-  the driver's ``BatchApplier.apply_arrow`` split into its steps, and the Delta MERGE;
+  thread, as CPU seconds: ``BinlogRangeReader`` with the type converter; the source's task body
+  (``stream.source._read_partition``: + handoff filter, change blocks); the driver's
+  ``BatchApplier.apply_arrow`` split into its steps (decode blocks, fold), and the Delta MERGE;
 * stream: ``start_stream`` from the start offset (manifest start and every chunk's HW = the start
   offset, so every change passes the handoff filter) with ``readers=2``, then ``readers=1``, each
   on its own pipeline id, checkpoint and copy of the Delta table, until the query's endOffset
@@ -70,9 +70,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.batch import fold_changes, keys_to_arrow
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.row_codec import decode_row
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
@@ -272,7 +270,7 @@ class Timings:
                     timings.batches.append({
                         "pipeline": self_.store.pipeline_id,
                         "batch_id": batch_id,
-                        "rows": data.num_rows,
+                        "rows": sum(data.column("rows").to_pylist()) if data.num_rows else 0,
                         "spark_s": (entered - t0) if t0 is not None else None,
                         "apply_s": done - entered,
                         "merge_s": getattr(timings._merge, "seconds", 0.0),
@@ -412,7 +410,7 @@ def breakdown(
     per layer, so the figures do not depend on what else runs on the machine."""
     from pyspark.sql.types import _parse_datatype_string
 
-    from airflow_provider_mysqlcdc.cdc.row_codec import encode_row
+    from airflow_provider_mysqlcdc.cdc.change_block import decode_blocks, fold_block
     from airflow_provider_mysqlcdc.stream.source import (
         SCHEMA,
         BinlogPartition,
@@ -434,15 +432,9 @@ def breakdown(
             if len(sample) < 50_000:
                 sample.append(ch)
     cpu["range_reader"] = time.thread_time() - c0
-    # row_codec JSON encoding alone, on a sample, scaled to the range
-    c0 = time.thread_time()
-    for ch in sample:
-        encode_row(ch.before)
-        encode_row(ch.after)
-    cpu["json_encode_est"] = (time.thread_time() - c0) * n / max(1, len(sample))
     del sample
 
-    # 2. the task body: + handoff filter, row_codec JSON encoding, Arrow record batches
+    # 2. the task body: + handoff filter, change blocks (typed Arrow, IPC)
     store, sink = pipeline(work, "breakdown", manifest, lake_from)
     reader = MySqlBinlogStreamReader(_parse_datatype_string(SCHEMA), {
         "source": json.dumps(settings.to_dict()), "manifest": store.url(MANIFEST),
@@ -453,30 +445,19 @@ def breakdown(
     cpu["task_body"] = time.thread_time() - c0
 
     # 3. the driver's apply, step by step (the same calls BatchApplier.apply_arrow makes)
-    arrow = {t: cdc_types.arrow_schema(s) for t, s in schemas.items()}
     pks = {t: list(s.primary_key) for t, s in schemas.items()}
     c0 = time.thread_time()
-    sorted_ = data.sort_by([("file_num", "ascending"), ("event_pos", "ascending"), ("row_index", "ascending")])
-    cols = {c: sorted_.column(c).to_pylist() for c in ("op", "tbl", "before", "after", "file", "pos", "file_num",
-                                                        "commit_ts")}
-    cpu["apply_sort_to_pylist"] = time.thread_time() - c0
+    blobs = defaultdict(list)
+    for tbl, kind, blob in zip(data.column("tbl").to_pylist(), data.column("kind").to_pylist(),
+                               data.column("block").to_pylist(), strict=True):  # fmt: skip
+        if kind == "rows":
+            blobs[tbl].append(blob)
+    blocks = {t: decode_blocks(b) for t, b in blobs.items()}
+    cpu["apply_decode_blocks"] = time.thread_time() - c0
     c0 = time.thread_time()
-    changes = defaultdict(list)
-    for i in range(sorted_.num_rows):
-        t = cols["tbl"][i]
-        b, a = cols["before"][i], cols["after"][i]
-        changes[t].append((cols["op"][i], decode_row(b, arrow[t]) if b is not None else None,
-                           decode_row(a, arrow[t]) if a is not None else None))
-    cpu["apply_json_decode"] = time.thread_time() - c0
-    c0 = time.thread_time()
-    folded = {t: fold_changes(ch, pks[t]) for t, ch in changes.items()}
+    folded = {t: fold_block(b, pks[t]) for t, b in blocks.items() if b is not None}
     cpu["apply_fold"] = time.thread_time() - c0
-    c0 = time.thread_time()
-    for t, (ups, dels) in folded.items():
-        cdc_types.rows_to_arrow(ups, schemas[t])
-        keys_to_arrow(dels, pks[t], arrow[t])
-    cpu["apply_to_arrow"] = time.thread_time() - c0
-    del changes, folded, cols, sorted_
+    del blobs, blocks, folded
 
     # 4. the real apply_arrow (with the MERGE) on a fresh copy of the sink
     applier = stream_job.BatchApplier(store, sink, manifest)
@@ -491,7 +472,7 @@ def breakdown(
         "rows_per_cpu_s": {k: round(n / v) for k, v in cpu.items() if v > 0 and not k.startswith("apply_")},
         "apply_arrow_wall_s": round(b["apply_s"], 2),
         "merge_wall_s": round(b["merge_s"], 2),
-        "driver_apply_rows_per_s": round(data.num_rows / b["apply_s"]),
+        "driver_apply_rows_per_s": round(b["rows"] / b["apply_s"]),
     }
     log.info("breakdown: %s", out)
     return out

@@ -25,9 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.batch import fold_changes, keys_to_arrow
+from airflow_provider_mysqlcdc.cdc.change_block import decode_blocks, fold_block
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.row_codec import decode_row
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.schema import TableSchema
@@ -92,50 +91,59 @@ class BatchApplier:
         self.apply_arrow(data, batch_id, t0)
 
     def apply_arrow(self, data: pa.Table, batch_id: int, t0: float | None = None) -> dict[str, int]:
+        """Apply one micro-batch (``mysql_binlog`` output: change blocks) to the Delta tables.
+
+        Per table the blocks are decoded and folded with Arrow kernels (``cdc/change_block.py``)
+        into upserts and delete keys, then applied as one MERGE tagged ``(app_id, batch_id)``.
+        """
         t0 = t0 if t0 is not None else time.monotonic()
-        per_table: dict[str, list[tuple[str, dict | None, dict | None]]] = defaultdict(list)
-        last_pos: tuple[int, int, str] | None = None
+        blobs: dict[str, list[bytes]] = defaultdict(list)
+        counts: dict[str, int] = defaultdict(int)
+        last_event: BinlogOffset | None = None
         last_commit_ts = 0
         if data.num_rows:
-            data = data.sort_by([("file_num", "ascending"), ("event_pos", "ascending"), ("row_index", "ascending")])
-            names = ("op", "tbl", "before", "after", "file", "pos", "file_num", "commit_ts")
             self._check_ddl(data, batch_id)
-            cols = {n: data.column(n).to_pylist() for n in names}
-            for i in range(data.num_rows):
-                t = cols["tbl"][i]
-                schema = self.arrow.get(t)
-                if schema is None or cols["op"][i] == "s":
+            meta = data.select(["tbl", "kind", "rows", "file", "pos", "commit_ts", "info"]).to_pylist()
+            invalid = [r for r in meta if r["kind"] == "invalid" and r["tbl"] in self.arrow]
+            if invalid:
+                r = invalid[0]
+                raise StreamSchemaError(
+                    f"batch {batch_id}: changes of {r['tbl']} up to {r['file']}:{r['pos']} do not fit the table's "
+                    f"schema in the stream manifest ({json.loads(r['info'])['error']}) and the batch holds no DDL "
+                    "that explains it: the table was altered in a way the binlog does not show to the stream. "
+                    f"Re-snapshot it (trigger the DAG with backfill_tables=['{r['tbl']}'])"
+                )
+            block_col = data.column("block")
+            for i, r in enumerate(meta):
+                t = r["tbl"]
+                if r["kind"] != "rows" or t not in self.arrow:
                     continue
-                before = decode_row(cols["before"][i], schema) if cols["before"][i] is not None else None
-                after = decode_row(cols["after"][i], schema) if cols["after"][i] is not None else None
-                op = cols["op"][i]
-                if op == "u" and before is None:  # the handoff filter dropped the delete-half: an upsert
-                    op = "c"
-                per_table[t].append((op, before, after))
-                last_pos = (cols["file_num"][i], cols["pos"][i], cols["file"][i])
-                last_commit_ts = max(last_commit_ts, int(cols["commit_ts"][i] or 0))
-        counts: dict[str, int] = {}
-        for t, changes in per_table.items():
-            upserts, delete_keys = fold_changes(changes, self.pks[t])
-            up = cdc_types.rows_to_arrow(upserts, self.schemas[t]) if upserts else self.arrow[t].empty_table()
-            dels = keys_to_arrow(delete_keys, self.pks[t], self.arrow[t])
-            self.sink.apply_changes(t, up, dels, self.pks[t], self.app_id, batch_id)
-            counts[t] = len(changes)
+                blobs[t].append(block_col[i].as_py())
+                counts[t] += int(r["rows"])
+                at = BinlogOffset(r["file"], int(r["pos"]))
+                if last_event is None or at > last_event:
+                    last_event = at
+                last_commit_ts = max(last_commit_ts, int(r["commit_ts"] or 0))
+        for t, parts in blobs.items():
+            block = decode_blocks(parts)
+            if block is None:
+                continue
+            upserts, delete_keys = fold_block(block, self.pks[t])
+            self.sink.apply_changes(t, upserts.cast(self.arrow[t]), delete_keys, self.pks[t], self.app_id, batch_id)
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
         status = {
             "batch_id": batch_id,
             "rows": sum(counts.values()),
-            "rows_per_table": counts,
-            "last_event": None if last_pos is None else {"file": last_pos[2], "pos": last_pos[1]},
+            "rows_per_table": dict(counts),
+            "last_event": None if last_event is None else {"file": last_event.file, "pos": last_event.pos},
             "lag_seconds": lag,
             "updated_at": time.time(),
             "seconds": round(time.monotonic() - t0, 3),
         }
         self.store.write_json(STATUS, status)
-        log.info("batch %d: %s rows %s, lag %ss, %.2fs", batch_id, status["rows"], counts, lag, status["seconds"])
+        log.info("batch %d: %s rows %s, lag %ss, %.2fs", batch_id, status["rows"], dict(counts), lag, status["seconds"])
         self.batches += 1
-        return counts
-
+        return dict(counts)
 
     def _check_ddl(self, data: pa.Table, batch_id: int) -> None:
         """Stop the batch before anything is applied if it holds a DDL the stream has not followed.
@@ -145,15 +153,15 @@ class BatchApplier:
         table, records the new schema in the manifest) and restarts the query, which runs this
         same batch again — now decoded with the new schema, and this DDL marked as followed.
         """
-        ddl = data.filter(pc.equal(data.column("op"), "s"))  # rare: most batches have none
+        ddl = data.filter(pc.equal(data.column("kind"), "ddl"))  # rare: most batches have none
         pending = []
-        for row in ddl.select(["tbl", "after", "file", "pos"]).to_pylist():
+        for row in ddl.select(["tbl", "info", "file", "pos"]).to_pylist():
             t = row["tbl"]
             at = BinlogOffset(row["file"], int(row["pos"]))
             done = self.schema_positions.get(t)
             if done is not None and at <= done:
                 continue
-            info = json.loads(row["after"])
+            info = json.loads(row["info"])
             pending.append({"table": t, "kind": info["kind"], "sql": info["sql"], "offset": at.to_dict()})
         if pending:
             self.store.write_json(SCHEMA_CHANGE, {"batch_id": batch_id, "changes": pending, "at": time.time()})

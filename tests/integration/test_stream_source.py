@@ -44,7 +44,6 @@ import pytest
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
 from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
-from airflow_provider_mysqlcdc.cdc.row_codec import decode_row, encode_row
 from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit, SplitGroup
 from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
@@ -61,6 +60,7 @@ from airflow_provider_mysqlcdc.stream.source import (
     SEQ_SHIFT,
     BinlogBoundaries,
     capped_end,
+    expand_changes,
     register,
     split_range,
 )
@@ -68,7 +68,8 @@ from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-COLS = [c.split()[0] for c in SCHEMA.split(", ")]
+# One tuple per change (expand_changes of the source's change blocks), images as dicts.
+COLS = ["op", "tbl", "before", "after", "file", "pos", "file_num", "event_pos", "row_index", "seq", "commit_ts"]
 OP, TBL, BEFORE, AFTER, FILE, POS, FILE_NUM, EVENT_POS, ROW_INDEX, SEQ, COMMIT_TS = range(len(COLS))
 QUERY_TIMEOUT = 180
 _ids = ServerIdAllocator((7400, 7499))
@@ -139,9 +140,10 @@ def run_query(
 ) -> Run:
     """Run a query to completion (availableNow), or until ``stop_after_batches`` (processingTime)."""
     run = Run()
+    options = {"before_image": "full", **(options or {})}  # full images: compared with direct_read
 
     def collect(df: Any, batch_id: int) -> None:
-        rows = sorted((tuple(r) for r in df.collect()), key=lambda r: r[SEQ])
+        rows = as_tuples(expand_changes(df.toArrow()))
         if batch_id in run.batches:  # a batch replayed after a restart must be the same batch
             assert [r[:SEQ] for r in run.batches[batch_id]] == [r[:SEQ] for r in rows]
         run.batches[batch_id] = rows
@@ -151,7 +153,7 @@ def run_query(
         .option("source", json.dumps(settings.to_dict()))
         .option("manifest", str(manifest))
     )
-    for k, v in (options or {}).items():
+    for k, v in options.items():
         reader = reader.option(k, str(v))
     writer = reader.load().writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
     if stop_after_batches is None:
@@ -181,12 +183,16 @@ def direct_read(
                                convert=lambda t, v, ns: conv[t](v, ns))  # fmt: skip
     with reader:
         out = [
-            (c.op, c.table, encode_row(c.before), encode_row(c.after), c.tx_offset.file, c.tx_offset.pos,
+            (c.op, c.table, c.before, c.after, c.tx_offset.file, c.tx_offset.pos,
              c.event_pos[0], c.event_pos[1], c.row_index, c.commit_ts)
             for c in reader
         ]  # fmt: skip
     assert reader.reached_end
     return out
+
+
+def as_tuples(changes: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [tuple(c[k] for k in COLS) for c in changes]
 
 
 def no_seq(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -198,8 +204,8 @@ def ids(rows: list[tuple[Any, ...]], table: str) -> list[tuple[str, Any, Any]]:
     out = []
     for r in rows:
         if r[TBL] == table:
-            b = json.loads(r[BEFORE])["id"] if r[BEFORE] else None
-            a = json.loads(r[AFTER])["id"] if r[AFTER] else None
+            b = r[BEFORE]["id"] if r[BEFORE] else None
+            a = r[AFTER]["id"] if r[AFTER] else None
             out.append((r[OP], b, a))
     return out
 
@@ -380,11 +386,10 @@ def test_a_filter_emits_exactly_the_changes_after_each_chunks_hw(binlog_spark, m
         ("u", 2, 2), ("u", 205, 205), ("c", None, 300),  # from h2 on everything passes
     ]  # fmt: skip
     assert {r[TBL] for r in rows} == {t}
-    by_key = {(r[OP], r[BEFORE] and json.loads(r[BEFORE])["id"]): r for r in rows}
+    by_key = {(r[OP], r[BEFORE] and r[BEFORE]["id"]): r for r in rows}
     assert BinlogOffset(by_key[("u", 102)][FILE], by_key[("u", 102)][POS]) == h1  # the at-HW transaction
-    schema = cdc_types.arrow_schema(table_schemas_from_manifest(manifest)[t])
-    assert decode_row(by_key[("u", 102)][AFTER], schema) == {"id": 102, "v": "B"}
-    assert decode_row(by_key[("u", 102)][BEFORE], schema) == {"id": 102, "v": "0"}
+    assert by_key[("u", 102)][AFTER] == {"id": 102, "v": "B"}
+    assert by_key[("u", 102)][BEFORE] == {"id": 102, "v": "0"}
     assert by_key[("d", 104)][AFTER] is None
     # seq orders the batch like (file_num, event_pos, row_index)
     assert [r[SEQ] for r in rows] == sorted(r[SEQ] for r in rows)
@@ -521,7 +526,7 @@ def test_f_idle_source_advances_on_other_tables_writes(binlog_spark, private_ser
     assert hw.file not in {f for f, *_ in server.query("SHOW BINARY LOGS")}
     server.execute("INSERT INTO q.busy VALUES (101)", "INSERT INTO q.quiet VALUES (1)")
     second = run_query(binlog_spark, settings, path, ck)
-    assert [(r[OP], r[TBL], r[AFTER]) for r in second.rows()] == [("c", "q.quiet", '{"id":1}')]
+    assert [(r[OP], r[TBL], r[AFTER]) for r in second.rows()] == [("c", "q.quiet", {"id": 1})]
 
 
 def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -557,7 +562,8 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
         expected = direct_read(settings, manifest, start, end)
 
         reader = MySqlBinlogStreamReader(_parse_datatype_string(SCHEMA), {
-            "source": json.dumps(settings.to_dict()), "manifest": str(tmp_path / "m.json"),
+            "source": json.dumps(settings.to_dict()), "manifest": str(tmp_path / "m.json"), "before_image": "full",
+            "block_rows": "4096",
         })  # fmt: skip
         batches = _read_partition(reader, BinlogPartition(0, start.to_dict(), end.to_dict(), 7480))
         got = [next(batches)]  # the read is under way, inside the first transaction
@@ -567,7 +573,7 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
         got += list(batches)  # the connection breaks here; the reader waits for the server and resumes
         restarter.join()
         assert "resuming" in caplog.text  # the outage was noticed, not hidden by socket buffers
-        rows = [tuple(r.values()) for b in got for r in b.to_pylist()]
+        rows = as_tuples(expand_changes(pa.Table.from_batches(got)))
         assert no_seq(rows) == expected
         assert [r[SEQ] for r in rows] == list(range(len(rows)))
 
@@ -591,6 +597,6 @@ def test_schema_matches_what_spark_checks(binlog_spark) -> None:  # type: ignore
     from pyspark.sql.types import _parse_datatype_string
 
     arrow = to_arrow_schema(_parse_datatype_string(SCHEMA), timezone="UTC")
-    assert arrow.names == COLS
-    assert [f.type for f in arrow] == [pa.string()] * 5 + [pa.int64(), pa.int32(), pa.int64(), pa.int32(),
-                                                            pa.int64(), pa.int64()]  # fmt: skip
+    assert arrow.names == ["tbl", "kind", "rows", "first_seq", "file", "pos", "commit_ts", "info", "block"]
+    assert [f.type for f in arrow] == [pa.string(), pa.string(), pa.int32(), pa.int64(), pa.string(), pa.int64(),
+                                       pa.int64(), pa.string(), pa.binary()]  # fmt: skip
