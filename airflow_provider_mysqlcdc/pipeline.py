@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
+from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit
 from airflow_provider_mysqlcdc.config import PipelineConfig
@@ -216,10 +217,11 @@ def plan_run(
 
 
 def offset_manifest_entry(schema: TableSchema, key_columns: list[dict[str, Any]], offset: dict[str, Any]) -> dict:
-    """A manifest entry for a table captured from ``offset`` with no snapshot: one unbounded chunk."""
-    split = SnapshotSplit.from_dict(
-        {"table": str(schema.table), "split_id": 0, "key_columns": key_columns, "start": None, "end": None}
-    )
+    """A manifest entry for a table captured from ``offset`` with no snapshot: one unbounded chunk.
+
+    ``key_columns`` are ``KeyColumn.to_dict()`` values (name, kind, collation).
+    """
+    split = SnapshotSplit(str(schema.table), 0, tuple(KeyColumn.from_dict(k) for k in key_columns), None, None)
     return {
         "schema": schema.to_dict(),
         "primary_key": list(schema.primary_key),

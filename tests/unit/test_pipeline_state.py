@@ -22,7 +22,7 @@ from airflow_provider_mysqlcdc.stream.control import (
     stream_state,
     watch_condition,
 )
-from airflow_provider_mysqlcdc.stream.manifest import split_filter_from_manifest
+from airflow_provider_mysqlcdc.stream.manifest import chunk_key_columns_from_manifest, split_filter_from_manifest
 
 
 def _schema(name: str = "shop.t") -> TableSchema:
@@ -44,6 +44,9 @@ def test_offset_entry_is_one_unbounded_chunk_that_passes_from_its_offset() -> No
     assert f.emits("shop.t", (5,), BinlogOffset("b.000002", 400))
     assert f.emits("shop.t", (-(2**62),), BinlogOffset("b.000003", 4))
     assert not f.emits("shop.other", (5,), BinlogOffset("b.000003", 4))
+    # the chunk key is the column's name (what the stream's tasks look up in a row image) and kind
+    assert chunk_key_columns_from_manifest(m) == {"shop.t": ["id"]}
+    assert m["tables"]["shop.t"]["splits"][0]["key_types"] == ["int"]
 
 
 def test_merge_keeps_old_tables_replaces_given_ones_and_takes_the_min_hw() -> None:
