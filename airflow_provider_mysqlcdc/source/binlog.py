@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pymysql
@@ -57,6 +57,8 @@ from airflow_provider_mysqlcdc.cdc.changes import RowChange
 from airflow_provider_mysqlcdc.cdc.ddl import table_ddl
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.source.rows_decoder import RowsDecoder, UnsupportedRowFormat
+from airflow_provider_mysqlcdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, ensure_offset_available
 
 log = logging.getLogger(__name__)
@@ -176,6 +178,9 @@ class BinlogRangeReader:
         heartbeat_seconds: float = 1.0,
         freeze_schema: bool = True,
         ddl: bool = False,
+        schemas: Mapping[str, TableSchema] | None = None,
+        added_columns: Mapping[str, Iterable[str]] | None = None,
+        key_columns: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         if not (1 <= int(server_id) < 2**32):
             raise ValueError(f"server_id must be in 1..2^32-1, got {server_id}")
@@ -198,6 +203,13 @@ class BinlogRangeReader:
         # Yield a RowChange with op "s" (after = {"kind", "sql"}) for each DDL statement that alters,
         # empties, drops, renames or replaces one of ``tables``: no row event ever shows those.
         self.ddl = ddl
+        # Tables with a schema here are decoded by source/rows_decoder.py straight into canonical
+        # values (several times faster than python-mysql-replication + ``convert``); a table map it
+        # cannot decode exactly falls back to the library. ``key_columns``: before images hold only
+        # these columns (the stream needs the keys only).
+        self.schemas = dict(schemas or {})
+        self.added_columns = {t: tuple(c) for t, c in (added_columns or {}).items()}
+        self.key_columns = dict(key_columns or {})
         self.tables: frozenset[tuple[str, str]] | None = (
             None if tables is None else frozenset(_split_table(t) for t in tables)
         )
@@ -350,6 +362,7 @@ class BinlogRangeReader:
         # table id -> 'db.table' for wanted tables, None for unwanted; rebuilt after each rotation.
         names: dict[int, str | None] = {}
         full_bitmaps: dict[int, bytes] = {}
+        decoders: dict[int, RowsDecoder | None] = {}  # per table id, like ``names``
 
         for ev in stream:
             cls = ev.__class__
@@ -382,6 +395,24 @@ class BinlogRangeReader:
                 ts = pkt.timestamp
                 evpos = (fileno, start)
                 assert tx_offset is not None
+                try:
+                    dec = decoders[tid]
+                except KeyError:
+                    dec = decoders[tid] = self._decoder(ev, name)
+                if dec is not None:
+                    op = "u" if cls is UpdateRowsEvent else ("c" if cls is WriteRowsEvent else "d")
+                    decoded = dec.decode(pkt.read(ev.event_size - pkt.read_bytes), op)
+                    if op == "u":
+                        for i, (b, a) in enumerate(decoded):
+                            yield RowChange("u", name, b, a, tx_offset, evpos, i, ts)
+                    elif op == "c":
+                        for i, a in enumerate(decoded):
+                            yield RowChange("c", name, None, a, tx_offset, evpos, i, ts)
+                    else:
+                        for i, b in enumerate(decoded):
+                            yield RowChange("d", name, b, None, tx_offset, evpos, i, ts)
+                    self.events_yielded += len(decoded)
+                    continue
                 rows = ev.rows
                 if cls is UpdateRowsEvent:
                     for i, r in enumerate(rows):
@@ -475,6 +506,7 @@ class BinlogRangeReader:
                 # transactions the map can always be dropped (every transaction maps its tables again).
                 stream.table_map = {}
                 names.clear()
+                decoders.clear()
                 if log_pos:  # a real rotation at the end of a file: the next file is where we are
                     self._boundary(file, fileno, ev.position)
                     if self._stop_at_boundary(end_key, deadline):
@@ -564,6 +596,17 @@ class BinlogRangeReader:
         self._reached_end = True
         self.stop_reason = "end"
         self._boundary(self.end.file, self.end.file_number, self.end.pos)
+
+    def _decoder(self, ev: Any, name: str) -> RowsDecoder | None:
+        """The fast decoder of this table map, or None (no schema given, or a format it refuses)."""
+        schema = self.schemas.get(name)
+        if schema is None:
+            return None
+        try:
+            return RowsDecoder(name, ev.columns, schema, self.added_columns.get(name, ()), self.key_columns.get(name))
+        except UnsupportedRowFormat as exc:
+            log.info("%s: decoding with python-mysql-replication (%s)", name, exc)
+            return None
 
     def _table_name(self, ev: Any, wanted: frozenset[tuple[str, str]] | None) -> str | None:
         """'db.table' of a rows event's table if it is wanted (checking its column names), else None."""

@@ -661,11 +661,9 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     key_cols = {t: tuple(c) for t, c in chunk_key_columns_from_manifest(manifest).items()}
     full_before = reader.before_image == "full"
     block_rows = reader.block_rows
-    builders = {
-        t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), _before_columns(s.primary_key, key_cols[t]),
-                                     full_before))
-        for t, s in schemas.items()
-    }  # fmt: skip
+    before_cols = {t: _before_columns(s.primary_key, key_cols[t]) for t, s in schemas.items()}
+    builders = {t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), before_cols[t], full_before))
+                for t, s in schemas.items()}  # fmt: skip
     max_hw = {t: flt.max_high_watermark(t).sort_key() for t in schemas}
     min_hw = {
         t: min(BinlogOffset.from_dict(sp["high_watermark"]).sort_key() for sp in manifest["tables"][t]["splits"])
@@ -713,7 +711,8 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     attempt = 0
     while True:
         rr = BinlogRangeReader(reader._settings(), pos, end, reader.tables, part.server_id, blocking=False,
-                               convert=convert, ddl=True)  # fmt: skip
+                               convert=convert, ddl=True, schemas=schemas, added_columns=added,
+                               key_columns=None if full_before else before_cols)  # fmt: skip
         cur_tx: BinlogOffset | None = None
         n_in_tx = 0
         failure: Exception

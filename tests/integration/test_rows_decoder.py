@@ -1,0 +1,218 @@
+"""The fast rows decoder (source/rows_decoder.py) against python-mysql-replication + the converter.
+
+The type-fidelity matrix (every type, edge, zero and NULL values, written by hand from what MySQL
+stores) is inserted, then every row is changed many times with seeded random values (updates,
+key moves, deletes, multi-row statements, values > 64 KiB). The same binlog range is read twice
+with ``BinlogRangeReader``: once with ``schemas=`` (the fast decoder) and once with ``convert=``
+(the library and ``binlog_row_converter``). Every change must be identical — op, images, value
+types, positions. The insert images must also equal the matrix's expected values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import struct
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from airflow_provider_mysqlcdc.cdc import types as cdc_types
+from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
+from airflow_provider_mysqlcdc.source.connection import ServerIdAllocator
+from airflow_provider_mysqlcdc.source.rows_decoder import RowsDecoder, UnsupportedRowFormat
+from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
+from airflow_provider_mysqlcdc.source.server import current_offset
+from tests.integration.test_type_fidelity import DDL, ROWS, point
+
+pytestmark = pytest.mark.integration
+
+_ids = ServerIdAllocator((7600, 7699))
+# The matrix without its latin1 column: one column off the fast path sends the whole table map to
+# the library (tested separately below).
+FAST_DDL = DDL.replace(" c_latin1 VARCHAR(20) CHARACTER SET latin1,", "")
+
+
+def _read(settings: Any, start: Any, end: Any, table: str, schema: Any, fast: bool, keys: Any = None) -> list[Any]:
+    if fast:
+        kw: dict[str, Any] = {"schemas": {table: schema}, "key_columns": {table: keys} if keys else None}
+    else:
+        conv = cdc_types.binlog_row_converter(schema)
+        kw = {"convert": lambda t, v, ns: conv(v, ns)}
+    reader = BinlogRangeReader(settings, start, end, [table], _ids.next(), **kw)
+    with reader:
+        out = [(c.op, c.table, c.before, c.after, c.tx_offset, c.event_pos, c.row_index, c.commit_ts) for c in reader]
+    assert reader.reached_end
+    return out
+
+
+def _typed(rows: list[Any]) -> list[Any]:
+    """Values with their types: True is not 1, Decimal('1.0') is not Decimal('1.00')."""
+
+    def img(d: dict[str, Any] | None) -> Any:
+        if d is None:
+            return None
+        return {k: (type(v).__name__, str(v) if isinstance(v, Decimal) else v) for k, v in d.items()}
+
+    return [(op, t, img(b), img(a), *rest) for op, t, b, a, *rest in rows]
+
+
+def _random_values(rng: random.Random) -> dict[str, Any]:
+    def maybe(v: Any) -> Any:
+        return None if rng.random() < 0.1 else v
+
+    def dec(int_digits: int, scale: int) -> str:
+        sign = rng.choice(["", "-"])
+        i = rng.randrange(10 ** rng.randint(0, int_digits))
+        f = rng.randrange(10**scale) if scale else None
+        return f"{sign}{i}" + (f".{f:0{scale}d}" if scale else "")
+
+    def time(fsp: int) -> str:
+        h, m, s = rng.randint(0, 838), rng.randint(0, 59), rng.randint(0, 59)
+        if h == 838:
+            m = s = 59
+        txt = f"{rng.choice(['', '-'])}{h:02d}:{m:02d}:{s:02d}"
+        if fsp and not (h == 838 and rng.random() < 2):  # 838:59:59 takes no fraction beyond .999..
+            txt += "." + "".join(rng.choice("0123456789") for _ in range(fsp))
+        return txt
+
+    def datetime(fsp: int) -> str:
+        d = dt.datetime(1000, 1, 1) + dt.timedelta(seconds=rng.randrange(9000 * 365 * 86400))
+        txt = d.strftime("%Y-%m-%d %H:%M:%S")
+        return txt + ("." + f"{rng.randrange(10**fsp):0{fsp}d}" if fsp else "")
+
+    def text(n: int) -> str:
+        alphabet = "abcXYZ é漢字😀 \t'\"\\"
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, n)))
+
+    ts = dt.datetime(1970, 1, 1, 0, 0, 1) + dt.timedelta(seconds=rng.randrange(2**31 - 2))
+    return {
+        "c_tinyint": maybe(rng.randint(-128, 127)), "c_tinyint1": maybe(rng.randint(-128, 127)),
+        "c_tinyint_u": maybe(rng.randint(0, 255)), "c_smallint": maybe(rng.randint(-(2**15), 2**15 - 1)),
+        "c_smallint_u": maybe(rng.randint(0, 2**16 - 1)), "c_mediumint": maybe(rng.randint(-(2**23), 2**23 - 1)),
+        "c_mediumint_u": maybe(rng.randint(0, 2**24 - 1)), "c_int": maybe(rng.randint(-(2**31), 2**31 - 1)),
+        "c_int_u": maybe(rng.randint(0, 2**32 - 1)), "c_bigint": maybe(rng.randint(-(2**63), 2**63 - 1)),
+        "c_bigint_u": maybe(rng.randint(0, 2**64 - 1)), "c_dec": maybe(dec(8, 2)), "c_dec38": maybe(dec(28, 10)),
+        "c_dec65": maybe(dec(35, 30)), "c_float": maybe(rng.uniform(-1e6, 1e6)),
+        "c_double": maybe(rng.uniform(-1e300, 1e300)), "c_dt": maybe(datetime(0)), "c_dt6": maybe(datetime(6)),
+        "c_ts": maybe(ts.strftime("%Y-%m-%d %H:%M:%S") + f".{rng.randrange(10**6):06d}"),
+        "c_ts0": maybe(ts.strftime("%Y-%m-%d %H:%M:%S")), "c_date": maybe(datetime(0)[:10]),
+        "c_time": maybe(time(0)), "c_time3": maybe(time(3)), "c_time6": maybe(time(6)),
+        "c_year": maybe(rng.choice([0, 1901, 2155, rng.randint(1901, 2155)])), "c_char": maybe(text(10)),
+        "c_varchar": maybe(text(50)), "c_text": maybe(text(300) * rng.choice([1, 1, 300])),
+        "c_json": maybe(f'{{"k": "{rng.randrange(10**6)}", "emoji": "😀"}}'),
+        "c_enum": maybe(rng.choice(["small", "medium", "large"])),
+        "c_set": maybe(",".join(rng.sample(["red", "green", "blue"], rng.randint(0, 3)))),
+        "c_set_nn": ",".join(rng.sample(["a", "b"], rng.randint(0, 2))), "c_bit1": maybe(rng.randint(0, 1)),
+        "c_bit8": maybe(rng.randint(0, 255)), "c_bit64": maybe(rng.randint(0, 2**64 - 1)),
+        "c_binary": maybe(bytes(rng.randrange(256) for _ in range(rng.randint(0, 4)))),
+        "c_varbinary": maybe(bytes(rng.randrange(256) for _ in range(rng.randint(0, 16)))),
+        "c_blob": maybe(bytes(rng.randrange(256) for _ in range(rng.choice([0, 10, 70_000])))),
+        "c_geom": maybe(point(rng.uniform(-180, 180), rng.uniform(-90, 90), rng.choice([0, 4326]))),
+    }  # fmt: skip
+
+
+def test_fast_decoder_equals_the_library_for_every_type(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
+    table = f"{db}.t"
+    mariadb.execute(FAST_DDL.format(t=f"`{db}`.t"))
+    schema = read_table_schema(cdc_conn, TableId.parse(table))
+    rng = random.Random(20261122)
+    start = current_offset(cdc_conn)
+    with mariadb.root_connection() as conn, conn.cursor() as cur:
+        cur.execute("SET sql_mode = ''")
+        for tz, given, _ in ROWS:
+            cur.execute("SET time_zone = %s", (tz,))
+            given = {k: v for k, v in given.items() if k != "c_latin1"}
+            cols = list(given)
+            cur.execute(f"INSERT INTO `{db}`.t ({', '.join(f'`{c}`' for c in cols)}) "
+                        f"VALUES ({', '.join(['%s'] * len(cols))})", [given[c] for c in cols])  # fmt: skip
+        conn.commit()
+        cur.execute("SET time_zone = '+00:00'")
+        ids = [r[1]["id"] for r in ROWS]
+        for i in range(400):
+            vals = _random_values(rng)
+            choice = rng.random()
+            if choice < 0.15:  # insert a new row
+                new_id = 1000 + i
+                vals["id"] = new_id
+                ids.append(new_id)
+                cols = list(vals)
+                cur.execute(f"INSERT INTO `{db}`.t ({', '.join(f'`{c}`' for c in cols)}) "
+                            f"VALUES ({', '.join(['%s'] * len(cols))})", [vals[c] for c in cols])  # fmt: skip
+            elif choice < 0.2 and len(ids) > 3:  # delete
+                victim = ids.pop(rng.randrange(len(ids)))
+                cur.execute(f"DELETE FROM `{db}`.t WHERE id = %s", (victim,))
+            elif choice < 0.25:  # key move
+                old = ids.pop(rng.randrange(len(ids)))
+                new = 100_000 + i
+                ids.append(new)
+                cur.execute(f"UPDATE `{db}`.t SET id = %s, rev = rev + 1 WHERE id = %s", (new, old))
+            elif choice < 0.3:  # one statement, many rows (one rows event, several rows)
+                cur.execute(f"UPDATE `{db}`.t SET rev = rev + 1, c_int = %s", (rng.randint(-5, 5),))
+            else:
+                target = rng.choice(ids)
+                sets = ", ".join(f"`{c}` = %s" for c in vals)
+                cur.execute(f"UPDATE `{db}`.t SET rev = rev + 1, {sets} WHERE id = %s", [*vals.values(), target])
+            if i % 50 == 49:
+                conn.commit()
+        conn.commit()
+    end = current_offset(cdc_conn)
+
+    fast = _read(cdc_settings, start, end, table, schema, fast=True)
+    slow = _read(cdc_settings, start, end, table, schema, fast=False)
+    assert len(fast) > 500
+    assert {op for op, *_ in fast} == {"c", "u", "d"}
+    for f, s in zip(_typed(fast), _typed(slow), strict=True):
+        assert f == s
+    # and the inserts equal the hand-written expected values of the matrix
+    expected = {g["id"]: e for _, g, e in ROWS}
+    for op, _, _, after, *_ in fast[: len(ROWS)]:
+        assert op == "c"
+        want = {c.name: None for c in schema.columns} | {"id": after["id"], "rev": 0, "c_set_nn": ""}
+        want |= expected[after["id"]]
+        want.pop("c_latin1", None)
+        assert _typed([("c", "", None, after)]) == _typed([("c", "", None, want)])
+
+    # key-only before images: exactly the projection of the full ones
+    keyed = _read(cdc_settings, start, end, table, schema, fast=True, keys=["id"])
+    for k, f in zip(keyed, fast, strict=True):
+        assert k[3] == f[3]
+        assert k[2] == (None if f[2] is None else {"id": f[2]["id"]})
+
+
+def test_a_table_off_the_fast_path_falls_back_to_the_library(mariadb, db, cdc_settings, cdc_conn, caplog) -> None:  # type: ignore[no-untyped-def]
+    mariadb.execute(f"CREATE TABLE `{db}`.l (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, w DOUBLE)")
+    schema = read_table_schema(cdc_conn, TableId.parse(f"{db}.l"))
+    start = current_offset(cdc_conn)
+    mariadb.execute(f"INSERT INTO `{db}`.l VALUES (1, 'café €', 1.5), (2, NULL, -0.25)",
+                    f"UPDATE `{db}`.l SET v = 'ÿ', id = 3 WHERE id = 1")  # fmt: skip
+    end = current_offset(cdc_conn)
+    caplog.set_level("INFO", logger="airflow_provider_mysqlcdc.source.binlog")
+    fast = _read(cdc_settings, start, end, f"{db}.l", schema, fast=True)
+    assert "decoding with python-mysql-replication" in caplog.text and "latin1" in caplog.text
+    assert fast == _read(cdc_settings, start, end, f"{db}.l", schema, fast=False)
+    assert fast[-1][2:4] == ({"id": 1, "v": "café €", "w": 1.5}, {"id": 3, "v": "ÿ", "w": 1.5})
+
+
+def test_decoder_refuses_what_it_cannot_decode_exactly(mariadb, db, cdc_conn) -> None:  # type: ignore[no-untyped-def]
+    """A binlog column whose type differs from the schema (an ALTER not followed yet) is refused."""
+    mariadb.execute(f"CREATE TABLE `{db}`.w (id INT PRIMARY KEY, n INT)")
+    schema = read_table_schema(cdc_conn, TableId.parse(f"{db}.w"))
+
+    class Col:
+        def __init__(self, name: str, type_: int, unsigned: bool = False) -> None:
+            self.name, self.type, self.unsigned = name, type_, unsigned
+
+    from pymysqlreplication.constants import FIELD_TYPE
+
+    RowsDecoder("w", [Col("id", FIELD_TYPE.LONG), Col("n", FIELD_TYPE.LONG)], schema)  # matches: fine
+    with pytest.raises(UnsupportedRowFormat, match="integer"):
+        RowsDecoder("w", [Col("id", FIELD_TYPE.LONG), Col("n", FIELD_TYPE.LONGLONG)], schema)  # widened
+    with pytest.raises(ValueError, match=r"lacks columns \['n'\]"):
+        RowsDecoder("w", [Col("id", FIELD_TYPE.LONG)], schema)
+    dec = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG)], schema, added_columns=["n"])  # added by the stream
+    body = b"\x00" + struct.pack("<i", 7)
+    assert dec.decode(body, "c") == [{"id": 7, "n": None}]
+    with pytest.raises(ValueError, match="past the end"):
+        dec.decode(body[:-1], "c")
