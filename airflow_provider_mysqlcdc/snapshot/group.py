@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
@@ -484,13 +485,20 @@ def _explain_binlog_error(exc: Exception) -> str:
 def _rewrite_chunk(w: _TableWork, split_id: int, adds: list[dict[str, Any]], stale: pa.Table) -> None:
     """Replace a staged chunk file by its state as of HW: drop stale keys, add their last images.
 
-    The anti-join on exact key values is vectorised (Arrow's hash join), whatever the key type.
+    The anti-join on exact key values is vectorised (a set lookup for one key column, Arrow's hash
+    join for a composite key), whatever the key type.
     """
     old = w.files.get(split_id)
     parts: list[pa.Table] = []
     if old is not None:
         staged = pq.read_table(old.path).cast(w.arrow_schema)
-        kept = staged.join(stale, keys=w.pk_cols, join_type="left anti") if stale.num_rows else staged
+        if not stale.num_rows:
+            kept = staged
+        elif len(w.pk_cols) == 1:  # a set lookup: no hash-join engine to start (~0.1 s cold, per process)
+            col = w.pk_cols[0]
+            kept = staged.filter(pc.invert(pc.is_in(staged[col], value_set=stale[col])))
+        else:
+            kept = staged.join(stale, keys=w.pk_cols, join_type="left anti")
         parts.append(kept.select(w.arrow_schema.names))
     if adds:
         parts.append(cdc_types.rows_to_arrow(adds, w.schema).select(w.arrow_schema.names))
