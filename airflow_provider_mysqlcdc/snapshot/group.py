@@ -424,6 +424,9 @@ def _replay_window(
         tables=list(by_table),
         server_id=alloc.next(),
         convert=lambda t, values, none_sources: converters[t](values, none_sources),
+        # The generated decoder (library fallback per table map); before images need the keys only.
+        schemas={t: w.schema for t, w in by_table.items()},
+        key_columns={t: list(dict.fromkeys([*w.pk_cols, *w.chunk_cols])) for t, w in by_table.items()},
     )
     try:
         for ch in reader:
