@@ -27,6 +27,7 @@ big-endian bytes.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
@@ -42,6 +43,33 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 _DEC_CONTEXT = cdc_types._DEC_CONTEXT
 _COMPRESSED_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _UTF8 = {"utf8mb4", "utf8mb3", "utf8"}
+# Text codecs as the server defines them. MariaDB's utf16/utf32/ucs2 are big-endian; its latin1 is
+# cp1252 except that the five bytes cp1252 leaves undefined map to the C1 controls U+0081.. (what
+# the server itself converts them to, so what the snapshot reads over JDBC).
+_CODECS = {"utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be", "ucs2": "utf-16-be",
+           "latin1": "cp1252", "ascii": "ascii"}  # fmt: skip
+
+
+def _mariadb_latin1_errors(exc: UnicodeError) -> tuple[str, int]:
+    if isinstance(exc, UnicodeDecodeError):
+        byte = exc.object[exc.start]
+        if byte in (0x81, 0x8D, 0x8F, 0x90, 0x9D):
+            return chr(byte), exc.start + 1
+    raise exc
+
+
+codecs.register_error("mysqlcdc_latin1", _mariadb_latin1_errors)
+
+
+def _text_decoder(charset: str) -> str | Any:
+    """'utf8' (decoded inline by the generated code) or a ``bytes -> str`` function; None if unknown."""
+    if charset in _UTF8:
+        return "utf8"
+    codec = _CODECS.get(charset)
+    if codec is None:
+        return None
+    errors = "mysqlcdc_latin1" if charset == "latin1" else "strict"
+    return lambda b: b.decode(codec, errors)
 _INT_SIZES = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4,
               FIELD_TYPE.LONGLONG: 8}  # fmt: skip
 _INT_TYPES = {"tinyint": FIELD_TYPE.TINY, "smallint": FIELD_TYPE.SHORT, "mediumint": FIELD_TYPE.INT24,
@@ -263,12 +291,10 @@ def _column_plan(bcol: Any, info: ColumnInfo | None) -> tuple[str, Any, Any]:
         return "fixed", 3, _date_decoder
     if t == FIELD_TYPE.ENUM:
         expect("enum")
-        labels = enum_values(info.column_type) if info is not None else []
-        return "fixed", bcol.size, _enum_decoder(labels)
+        return "fixed", bcol.size, _enum_decoder(_members(bcol, info, getattr(bcol, "enum_values", None), 1))
     if t == FIELD_TYPE.SET:
         expect("set")
-        labels = enum_values(info.column_type) if info is not None else []
-        return "fixed", bcol.size, _set_decoder(labels)
+        return "fixed", bcol.size, _set_decoder(_members(bcol, info, getattr(bcol, "set_values", None), 0))
     if t == FIELD_TYPE.BIT:
         expect("bit1", "bit", "bit64")
         conv: Any
@@ -288,9 +314,10 @@ def _column_plan(bcol: Any, info: ColumnInfo | None) -> tuple[str, Any, Any]:
             return "var", prefix, None
         if kind in ("string", "json"):
             cs = (info.charset or "").lower() if info is not None else ""
-            if cs not in _UTF8:
+            text = _text_decoder(cs)
+            if text is None:
                 raise UnsupportedRowFormat(f"column {bcol.name}: character set {cs or '?'} is not on the fast path")
-            return "var", prefix, "utf8"
+            return "var", prefix, text
         if kind in ("bytes", "geometry"):
             pad = info.char_max_length if info is not None and info.data_type.lower() == "binary" else None
             if pad:
@@ -298,6 +325,24 @@ def _column_plan(bcol: Any, info: ColumnInfo | None) -> tuple[str, Any, Any]:
             return "var", prefix, "bytes"
         raise UnsupportedRowFormat(f"column {bcol.name}: binlog string type for schema kind {kind}")
     raise UnsupportedRowFormat(f"column {bcol.name}: binlog type {t} has no fast decoder")
+
+
+def _members(bcol: Any, info: ColumnInfo | None, from_map: list[str] | None, skip: int) -> list[str]:
+    """ENUM/SET member labels, in definition order.
+
+    ``information_schema`` shows a 4-byte character of a member as '?', so for utf8 columns the
+    labels come from the TABLE_MAP's metadata (binlog_row_metadata=FULL), which has them exactly.
+    python-mysql-replication decodes those as UTF-8 and leaves '' where that fails, so for other
+    character sets (which cannot hold 4-byte characters) the schema's labels are the exact ones.
+    """
+    cs = (info.charset or "").lower() if info is not None else ""
+    schema_labels = enum_values(info.column_type) if info is not None else []
+    if from_map is not None and (cs in _UTF8 or info is None):
+        labels = list(from_map[skip:])
+        if info is not None and len(labels) != len(schema_labels):
+            raise UnsupportedRowFormat(f"column {bcol.name}: the binlog's members differ from the schema's")
+        return labels
+    return schema_labels
 
 
 class RowsDecoder:

@@ -182,17 +182,54 @@ def test_fast_decoder_equals_the_library_for_every_type(mariadb, db, cdc_setting
 
 
 def test_a_table_off_the_fast_path_falls_back_to_the_library(mariadb, db, cdc_settings, cdc_conn, caplog) -> None:  # type: ignore[no-untyped-def]
-    mariadb.execute(f"CREATE TABLE `{db}`.l (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET latin1, w DOUBLE)")
+    mariadb.execute(f"CREATE TABLE `{db}`.l (id INT PRIMARY KEY, v VARCHAR(20) CHARACTER SET koi8r, w DOUBLE)")
     schema = read_table_schema(cdc_conn, TableId.parse(f"{db}.l"))
     start = current_offset(cdc_conn)
-    mariadb.execute(f"INSERT INTO `{db}`.l VALUES (1, 'café €', 1.5), (2, NULL, -0.25)",
-                    f"UPDATE `{db}`.l SET v = 'ÿ', id = 3 WHERE id = 1")  # fmt: skip
+    mariadb.execute(f"INSERT INTO `{db}`.l VALUES (1, 'привет', 1.5), (2, NULL, -0.25)",
+                    f"UPDATE `{db}`.l SET v = 'да', id = 3 WHERE id = 1")  # fmt: skip
     end = current_offset(cdc_conn)
     caplog.set_level("INFO", logger="airflow_provider_mysqlcdc.source.binlog")
     fast = _read(cdc_settings, start, end, f"{db}.l", schema, fast=True)
-    assert "decoding with python-mysql-replication" in caplog.text and "latin1" in caplog.text
+    assert "decoding with python-mysql-replication" in caplog.text and "koi8r" in caplog.text
     assert fast == _read(cdc_settings, start, end, f"{db}.l", schema, fast=False)
-    assert fast[-1][2:4] == ({"id": 1, "v": "café €", "w": 1.5}, {"id": 3, "v": "ÿ", "w": 1.5})
+    assert fast[-1][2:4] == ({"id": 1, "v": "привет", "w": 1.5}, {"id": 3, "v": "да", "w": 1.5})
+
+
+def test_character_sets_and_members_equal_what_the_server_returns(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
+    """Where python-mysql-replication is wrong (big-endian utf16/utf32 read as little-endian, the
+    five latin1 bytes cp1252 leaves undefined, latin1 ENUM/SET members it decodes as UTF-8), the
+    fast path must give what the server itself returns. (MariaDB 10.11 cannot store a 4-byte
+    character in an ENUM/SET member at all: it becomes '?' in the definition.)"""
+    mariadb.execute(f"""CREATE TABLE `{db}`.cs (
+        id INT PRIMARY KEY,
+        u16 VARCHAR(20) CHARACTER SET utf16, u16le VARCHAR(20) CHARACTER SET utf16le,
+        u32 VARCHAR(20) CHARACTER SET utf32, ucs VARCHAR(20) CHARACTER SET ucs2,
+        l1 VARCHAR(20) CHARACTER SET latin1, l1text TEXT CHARACTER SET latin1, asc1 VARCHAR(20) CHARACTER SET ascii,
+        l1enum ENUM('café', 'x') CHARACTER SET latin1, l1set SET('é', 'x') CHARACTER SET latin1,
+        u8enum ENUM('漢字', 'a'), u8set SET('é', 'b', '漢'),
+        c16 CHAR(5) CHARACTER SET utf16
+    ) DEFAULT CHARSET=utf8mb4""")  # fmt: skip
+    schema = read_table_schema(cdc_conn, TableId.parse(f"{db}.cs"))
+    start = current_offset(cdc_conn)
+    mariadb.execute(
+        f"INSERT INTO `{db}`.cs VALUES (1, 'abc😀é', 'abc😀', 'z😀漢', 'ucs漢', 'café €', CONCAT('a', UNHEX('81'), "
+        "UNHEX('8D8F909D'), 'ÿ'), 'plain', 'café', 'é,x', '漢字', '漢,é', 'ab')",
+        f"INSERT INTO `{db}`.cs (id) VALUES (2)",
+        f"UPDATE `{db}`.cs SET u16 = '', l1 = UNHEX('80'), u8set = 'b,漢', l1enum = 'x', id = 3 WHERE id = 1",
+    )
+    end = current_offset(cdc_conn)
+    changes = _read(cdc_settings, start, end, f"{db}.cs", schema, fast=True)
+    cols = [c.name for c in schema.columns]
+    truth = {r[0]: dict(zip(cols, r, strict=True)) for r in mariadb.query(f"SELECT * FROM `{db}`.cs")}
+    last = {}
+    for _op, _, _, after, *_ in changes:
+        if after is not None:
+            last[after["id"]] = after
+    assert set(last) == {1, 2, 3}
+    assert last[3] == truth[3] and last[2] == truth[2]
+    # UNHEX makes the CONCAT binary: the literal's UTF-8 bytes C3 BF land as two latin1 characters
+    assert last[3]["l1text"] == "a\x81\x8d\x8f\x90\x9d\u00c3\u00bf" and last[3]["l1"] == "€"
+    assert last[1]["u16"] == "abc😀é" and last[1]["u8set"] == "é,漢" and last[1]["l1enum"] == "café"
 
 
 def test_decoder_refuses_what_it_cannot_decode_exactly(mariadb, db, cdc_conn) -> None:  # type: ignore[no-untyped-def]
