@@ -212,16 +212,10 @@ def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa
     events = pa.concat_tables([ups, dels])
     # Last event per key: sort by key, then seq; a row survives if the next row has another key.
     order = pc.sort_indices(events, sort_keys=[*((c, "ascending") for c in cols), ("__seq", "ascending")])
-    events = events.take(order)
-    m = events.num_rows
-    if m > 1:
-        nxt_differs = _any_not_equal([events.column(c).slice(0, m - 1) for c in cols],
-                                     [events.column(c).slice(1) for c in cols])  # fmt: skip
-        last = pa.concat_arrays([pc.fill_null(nxt_differs, True).combine_chunks()
-                                 if isinstance(nxt_differs, pa.ChunkedArray) else nxt_differs,
-                                 pa.array([True])])  # fmt: skip
-    else:
-        last = pa.array([True] * m)
+    events = events.take(order).combine_chunks()
+    keys = [events.column(c).chunk(0) for c in cols]
+    # the last row of the table, and every row whose successor has another key
+    last = pa.concat_arrays([_any_not_equal([k[:-1] for k in keys], [k[1:] for k in keys]), pa.array([True])])
     final = events.filter(last)
     rows = final.column("__row")
     is_up = rows.is_valid()

@@ -47,6 +47,7 @@ from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
 from airflow_provider_mysqlcdc.source.checks import check_server
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.source.planner import SnapshotPlan
+from airflow_provider_mysqlcdc.source.rows_decoder import key_image_columns
 from airflow_provider_mysqlcdc.source.schema import SourceSchemaError, TableSchema, read_table_schema
 from airflow_provider_mysqlcdc.state import ChunkResult, StateStore
 
@@ -426,7 +427,7 @@ def _replay_window(
         convert=lambda t, values, none_sources: converters[t](values, none_sources),
         # The generated decoder (library fallback per table map); before images need the keys only.
         schemas={t: w.schema for t, w in by_table.items()},
-        key_columns={t: list(dict.fromkeys([*w.pk_cols, *w.chunk_cols])) for t, w in by_table.items()},
+        key_columns={t: key_image_columns(w.pk_cols, w.chunk_cols) for t, w in by_table.items()},
     )
     try:
         for ch in reader:

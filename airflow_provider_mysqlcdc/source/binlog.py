@@ -134,6 +134,22 @@ def _full_bitmap(ncols: int) -> bytes:
     return ((1 << ncols) - 1).to_bytes((ncols + 7) // 8, "little")
 
 
+def _library_images(rows: list[dict[str, Any]], op: str, name: str, convert: RowConverter | None) -> list[Any]:
+    """python-mysql-replication's rows in the shape ``RowsDecoder.decode`` gives: (before, after)
+    pairs for 'u', one image per row for 'c' and 'd'; converted when ``convert`` is given."""
+    if op == "u":
+        if convert is None:
+            return [(r["before_values"], r["after_values"]) for r in rows]
+        return [
+            (convert(name, r["before_values"], r.get("before_none_sources")),
+             convert(name, r["after_values"], r.get("after_none_sources")))
+            for r in rows
+        ]  # fmt: skip
+    if convert is None:
+        return [r["values"] for r in rows]
+    return [convert(name, r["values"], r.get("none_sources")) for r in rows]
+
+
 class BinlogRangeReader:
     """Iterate the row changes of ``tables`` in ``[start, end)``; track a resumable position.
 
@@ -399,41 +415,21 @@ class BinlogRangeReader:
                     dec = decoders[tid]
                 except KeyError:
                     dec = decoders[tid] = self._decoder(ev, name)
+                op = "u" if cls is UpdateRowsEvent else ("c" if cls is WriteRowsEvent else "d")
                 if dec is not None:
-                    op = "u" if cls is UpdateRowsEvent else ("c" if cls is WriteRowsEvent else "d")
-                    decoded = dec.decode(pkt.read(ev.event_size - pkt.read_bytes), op)
-                    if op == "u":
-                        for i, (b, a) in enumerate(decoded):
-                            yield RowChange("u", name, b, a, tx_offset, evpos, i, ts)
-                    elif op == "c":
-                        for i, a in enumerate(decoded):
-                            yield RowChange("c", name, None, a, tx_offset, evpos, i, ts)
-                    else:
-                        for i, b in enumerate(decoded):
-                            yield RowChange("d", name, b, None, tx_offset, evpos, i, ts)
-                    self.events_yielded += len(decoded)
-                    continue
-                rows = ev.rows
-                if cls is UpdateRowsEvent:
-                    for i, r in enumerate(rows):
-                        b, a = r["before_values"], r["after_values"]
-                        if convert is not None:
-                            b = convert(name, b, r.get("before_none_sources"))
-                            a = convert(name, a, r.get("after_none_sources"))
+                    images = dec.decode(pkt.read(ev.event_size - pkt.read_bytes), op)
+                else:
+                    images = _library_images(ev.rows, op, name, convert)
+                if op == "u":
+                    for i, (b, a) in enumerate(images):
                         yield RowChange("u", name, b, a, tx_offset, evpos, i, ts)
-                elif cls is WriteRowsEvent:
-                    for i, r in enumerate(rows):
-                        a = r["values"]
-                        if convert is not None:
-                            a = convert(name, a, r.get("none_sources"))
+                elif op == "c":
+                    for i, a in enumerate(images):
                         yield RowChange("c", name, None, a, tx_offset, evpos, i, ts)
                 else:
-                    for i, r in enumerate(rows):
-                        b = r["values"]
-                        if convert is not None:
-                            b = convert(name, b, r.get("none_sources"))
+                    for i, b in enumerate(images):
                         yield RowChange("d", name, b, None, tx_offset, evpos, i, ts)
-                self.events_yielded += len(rows)
+                self.events_yielded += len(images)
                 continue
 
             # ---- transaction structure -----------------------------------------------------------

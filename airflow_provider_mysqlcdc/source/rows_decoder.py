@@ -219,6 +219,12 @@ def _set_decoder(labels: list[str]) -> Any:
 
 
 # ---------------------------------------------------------------------------- the compiled decoder
+def key_image_columns(primary_key: Sequence[str], chunk_key: Sequence[str]) -> list[str]:
+    """The columns a key-only before image carries: the primary key (what a sink deletes by) and
+    the chunk key (what the handoff filter and the snapshot window locate a chunk by), no repeats."""
+    return list(dict.fromkeys([*primary_key, *chunk_key]))
+
+
 class _Source:
     """Generated code, with the names it refers to."""
 
@@ -456,4 +462,4 @@ class RowsDecoder:
         return out
 
 
-__all__ = ["RowsDecoder", "UnsupportedRowFormat"]
+__all__ = ["RowsDecoder", "UnsupportedRowFormat", "key_image_columns"]

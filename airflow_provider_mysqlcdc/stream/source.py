@@ -113,10 +113,17 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.change_block import BlockBuilder, block_schema, decode_blocks, encode_block
+from airflow_provider_mysqlcdc.cdc.change_block import (
+    BlockBuilder,
+    block_changes,
+    block_schema,
+    decode_blocks,
+    encode_block,
+)
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader, BinlogReaderInterrupted
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator, SourceConnectionError
+from airflow_provider_mysqlcdc.source.rows_decoder import key_image_columns
 from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, binlog_files, current_offset
 from airflow_provider_mysqlcdc.stream.manifest import (
     chunk_key_columns_from_manifest,
@@ -661,7 +668,7 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     key_cols = {t: tuple(c) for t, c in chunk_key_columns_from_manifest(manifest).items()}
     full_before = reader.before_image == "full"
     block_rows = reader.block_rows
-    before_cols = {t: _before_columns(s.primary_key, key_cols[t]) for t, s in schemas.items()}
+    before_cols = {t: key_image_columns(s.primary_key, key_cols[t]) for t, s in schemas.items()}
     builders = {t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), before_cols[t], full_before))
                 for t, s in schemas.items()}  # fmt: skip
     max_hw = {t: flt.max_high_watermark(t).sort_key() for t in schemas}
@@ -802,12 +809,6 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
         yield flush()
 
 
-def _before_columns(primary_key: Any, chunk_key: tuple[str, ...]) -> list[str]:
-    """Key-only before images carry the primary key (the sink's MERGE key) and the chunk key
-    columns (the handoff filter's), in that order, without repeats."""
-    return list(dict.fromkeys([*primary_key, *chunk_key]))
-
-
 def expand_changes(data: pa.Table) -> list[dict[str, Any]]:
     """Collected :data:`SCHEMA` output as one dict per change, in ``seq`` order.
 
@@ -825,8 +826,7 @@ def expand_changes(data: pa.Table) -> list[dict[str, Any]]:
             continue
         block = decode_blocks([row["block"]])
         assert block is not None
-        for ch in block.to_pylist():
-            out.append({"tbl": row["tbl"], **ch})
+        out.extend({"tbl": row["tbl"], **ch} for ch in block_changes(block))
     out.sort(key=lambda c: c["seq"])
     return out
 
