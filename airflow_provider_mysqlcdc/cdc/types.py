@@ -6,6 +6,9 @@ Two paths produce rows and must agree value for value (DESIGN §4):
   :func:`spark_schema_ddl` as the ``customSchema`` option, Spark stages Parquet, the Delta sink
   adopts the files. The SQL projection makes the server hand out the canonical value already
   (TIME as text, zero dates as NULL, BIT as a number ...), so no Spark-side pass is needed;
+* **snapshot, native reader** — the same chunks read by connectorx straight into Arrow (MySQL's
+  binary protocol, no JVM row conversion) with :func:`native_select_list`, then
+  :func:`canonicalize_native` casts its Arrow types to :func:`arrow_schema` (exact casts only);
 * **binlog** — python-mysql-replication decodes row images; :func:`binlog_row_converter` turns
   them into the same Python values and :func:`rows_to_arrow` into Arrow with :func:`arrow_schema`.
 
@@ -56,6 +59,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableSchema, enum_values, quote_ident
 
@@ -529,6 +533,64 @@ def dictionary_columns(table_schema: TableSchema) -> list[str]:
         if small and "." not in ct.name and "#" not in ct.name:
             out.append(ct.name)
     return out
+
+
+# --------------------------------------------------------------------------- native (Arrow) reader
+# What connectorx 0.4 hands out, measured on MariaDB 10.11 (tests/integration/test_type_fidelity.py):
+# integers in their own (unsigned) width, DECIMAL only at scale 10 (other scales fail), BIT as
+# bytes, TIMESTAMP in the server's *global* time zone (it cannot set a session time zone), and a
+# panic on GEOMETRY. So every DECIMAL and 64-bit unsigned value travels as text and is parsed
+# exactly by Arrow, TIMESTAMP as epoch microseconds (UNIX_TIMESTAMP of a TIMESTAMP column is its
+# stored UTC value, whatever the session zone), BIT as a number, and GEOMETRY tables use JDBC.
+_NATIVE_SELECT: dict[str, str] = {
+    "uint64": "CAST({c} AS CHAR)",
+    "decimal": "CAST({c} AS CHAR)",
+    "timestamp": "NULLIF(CAST(UNIX_TIMESTAMP({c}) * 1000000 AS SIGNED), 0)",
+    "bit1": "CAST({c} AS UNSIGNED)",
+    "bit64": "CAST(CAST({c} AS UNSIGNED) AS CHAR)",
+}
+_NATIVE_UNSUPPORTED = {"geometry": "GEOMETRY values (the native reader cannot decode them)"}
+
+
+def native_read_unsupported(table_schema: TableSchema) -> str | None:
+    """Why the native reader cannot read this table exactly (None if it can)."""
+    for ct in column_types(table_schema):
+        if ct.kind in _NATIVE_UNSUPPORTED:
+            return f"column {ct.name!r} holds {_NATIVE_UNSUPPORTED[ct.kind]}"
+    return None
+
+
+def native_select_list(table_schema: TableSchema) -> str:
+    """The SELECT list for the native reader: :func:`select_list` where connectorx reads the
+    canonical value exactly, a text or number form of it where it does not (see above)."""
+    out = []
+    for ct in column_types(table_schema):
+        q = quote_ident(ct.name)
+        template = _NATIVE_SELECT.get(ct.kind)
+        out.append(f"{template.format(c=q) if template else ct.select_expr(q)} AS {q}")
+    return ", ".join(out)
+
+
+def canonicalize_native(table: pa.Table, table_schema: TableSchema) -> pa.Table:
+    """Cast what the native reader returned for :func:`native_select_list` to :func:`arrow_schema`.
+
+    Every cast is a checked one (``safe=True``): a value that does not fit its canonical type
+    raises instead of being truncated, so a driver change can fail a snapshot but never alter data.
+    """
+    target = arrow_schema(table_schema)
+    cols = []
+    for ct, field in zip(column_types(table_schema), target, strict=True):
+        col = table.column(ct.name)
+        if ct.kind == "bit1":
+            col = pc.not_equal(col, pa.scalar(0, col.type))
+        elif ct.kind == "timestamp":
+            col = col.cast(pa.int64()).cast(field.type)
+        elif pa.types.is_timestamp(col.type) and col.type.tz is None:
+            col = col.cast(pa.timestamp("us")).cast(field.type)  # wall time labelled UTC, as on JDBC
+        if col.type != field.type:
+            col = col.cast(field.type, safe=True)
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=target)
 
 
 def _spark_ident(name: str) -> str:

@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-backfill", action="store_true")
     p.add_argument("--fetch-size", type=int, default=10_000)
     p.add_argument("--jdbc-jar", default=None)
+    p.add_argument(
+        "--reader", choices=("auto", "native", "jdbc"), default="auto",
+        help="chunk reader: native Arrow reader where it reads the table exactly (auto), always, or Spark JDBC",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             args.plan_id,
             args.group_id,
             DeltaSink(args.sink_root),
-            SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size),
+            SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size, reader=args.reader),
         )
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -32,6 +32,8 @@ class MySqlCdcSnapshotOperator(BaseOperator):
     :param jars: the JDBC driver jar (default: Debian's MariaDB Connector/J)
     :param application: the snapshot job's path if the cluster needs another (e.g. on HDFS/S3)
     :param fetch_size: JDBC fetch size of the chunk reads
+    :param reader: chunk reader: ``auto`` (default: the native Arrow reader, connectorx, where it
+        reads the table exactly, else Spark JDBC), ``native`` (fail if it cannot) or ``jdbc``
     """
 
     template_fields: Sequence[str] = (
@@ -43,6 +45,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         "conf",
         "skip_backfill",
         "application",
+        "reader",
     )
     template_fields_renderers = {"conf": "json"}
     ui_color = "#fdf1e1"
@@ -68,6 +71,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         executor_cores: int | None = None,
         py_files: str | None = None,
         fetch_size: int = 10_000,
+        reader: str = "auto",
         verbose: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -90,6 +94,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         self.executor_cores = executor_cores
         self.py_files = py_files
         self.fetch_size = fetch_size
+        self.reader = reader
         self.verbose = verbose
         self._hook: Any = None
 
@@ -100,6 +105,10 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         from airflow_provider_mysqlcdc.operators._spark import build_hook, job_path
         from airflow_provider_mysqlcdc.state import StateStore
 
+        if self.reader not in ("auto", "native", "jdbc"):
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"reader must be 'auto', 'native' or 'jdbc', got {self.reader!r}")
         store = StateStore(self.state_root, self.pipeline_id)
         group_id = int(self.group_id)
         plan = store.read_plan(self.plan_id)
@@ -111,6 +120,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
             "--group-id", str(group_id),
             "--sink-root", self.sink_root,
             "--fetch-size", str(int(self.fetch_size)),
+            "--reader", str(self.reader),
         ]
         if skip_backfill:
             args.append("--skip-backfill")

@@ -42,6 +42,7 @@ from airflow_provider_mysqlcdc.cdc.predicate import quote_ident, split_condition
 from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit, SplitLocator
 from airflow_provider_mysqlcdc.sinks.base import StagedFile
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable, stage_chunks
 from airflow_provider_mysqlcdc.source import server as source_server
 from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
 from airflow_provider_mysqlcdc.source.checks import check_server
@@ -65,6 +66,16 @@ class SnapshotOptions:
     skip_backfill: bool = False  # HW = LW, no window replay: faster, at-least-once (like Flink CDC)
     fetch_size: int = 10_000
     rewrite_threads: int = 2
+    # Chunk reader: "auto" = the native Arrow reader where it can read the table exactly (see
+    # snapshot/native_reader.py), else Spark JDBC; "native" = fail if it cannot; "jdbc" = always JDBC.
+    reader: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.reader not in READERS:
+            raise ValueError(f"reader must be one of {', '.join(READERS)}, got {self.reader!r}")
+
+
+READERS = ("auto", "native", "jdbc")
 
 
 @dataclass
@@ -184,7 +195,7 @@ def run_snapshot_group(
         # Tables of a group are read as concurrent Spark jobs: a group of several small tables
         # would otherwise leave cores idle between one-chunk jobs.
         with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
-            for fut in [pool.submit(_stage_table, spark, url, props, w, plan, hooks) for w in work]:
+            for fut in [pool.submit(_stage_table, spark, settings, url, props, w, plan, hooks, opts) for w in work]:
                 fut.result()
         read_secs = time.monotonic() - read_t0
         staged_rows = sum(f.rows for w in work for f in w.files.values())
@@ -295,11 +306,16 @@ def _prepare(
 
 
 def _stage_table(
-    spark: Any, url: str, props: dict[str, str], w: _TableWork, plan: SnapshotPlan, hooks: SnapshotTestHooks
+    spark: Any,
+    settings: ConnectionSettings,
+    url: str,
+    props: dict[str, str],
+    w: _TableWork,
+    plan: SnapshotPlan,
+    hooks: SnapshotTestHooks,
+    opts: SnapshotOptions,
 ) -> None:
-    """Read the table's chunks of this group with Spark JDBC (one partition per chunk) into Parquet."""
-    qtable = w.schema.table.quoted
-    subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {qtable}) AS src"
+    """Read the table's chunks of this group into Parquet, one Spark task per chunk."""
     predicates = [split_condition(s, plan.collations) for s in w.splits]
     stall = hooks.stall_reads_at.get(w.table)
     if stall is not None:
@@ -309,14 +325,15 @@ def _stage_table(
             f"{quote_ident(c.name)} = {sql_literal(c, v, plan.collations)}" for c, v in zip(cols, key, strict=True)
         )
         predicates = [f"{p} AND IF({eq}, SLEEP({float(seconds)}), 0) = 0" for p in predicates]
-    reader_props = dict(props)
-    ddl = cdc_types.spark_schema_ddl(w.schema)
-    if ddl:
-        reader_props["customSchema"] = ddl
-    try:
-        df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
-    except Exception as exc:  # schema resolution already talks to the server
-        raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
+    native = opts.reader != "jdbc"
+    if native:
+        why_not = native_reader_unavailable(settings, w.schema, w.staging)
+        if why_not is not None:
+            if opts.reader == "native":
+                raise SnapshotError(f"{w.table}: the native reader cannot read it: {why_not}; use reader='jdbc'")
+            log.info("%s: read with Spark JDBC: %s", w.table, why_not)
+            native = False
+    log.info("%s: reading %d chunks with the %s reader", w.table, len(predicates), "native" if native else "JDBC")
     stop = threading.Event()
     progress = threading.Thread(target=_progress_logger, args=(spark, w.table, len(predicates), stop), daemon=True)
     progress.start()
@@ -324,18 +341,49 @@ def _stage_table(
     if hooks.during_read:
         during = threading.Thread(target=hooks.during_read, daemon=True)
         during.start()
-    writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
-    for name in cdc_types.dictionary_columns(w.schema):
-        writer = writer.option(f"parquet.enable.dictionary#{name}", "true")
     try:
-        writer.parquet(w.staging)
+        if native:
+            staged = stage_chunks(spark, settings, w.schema, predicates, w.staging)
+        else:
+            _stage_with_jdbc(spark, url, props, w, predicates)
+    except SnapshotError:
+        raise
     except Exception as exc:
         raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
     finally:
         stop.set()
         if during is not None:
             during.join()
-    w.files = _collect_staged(w.staging, w.splits)
+    if native:
+        w.files = {}
+        for index, path, rows, size in staged:
+            sid = w.splits[index].split_id
+            w.files[sid] = StagedFile(path, rows, size, [sid])
+        _remove_unlisted(w.staging, {f.path for f in w.files.values()})
+    else:
+        w.files = _collect_staged(w.staging, w.splits)
+
+
+def _stage_with_jdbc(spark: Any, url: str, props: dict[str, str], w: _TableWork, predicates: list[str]) -> None:
+    subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {w.schema.table.quoted}) AS src"
+    reader_props = dict(props)
+    ddl = cdc_types.spark_schema_ddl(w.schema)
+    if ddl:
+        reader_props["customSchema"] = ddl
+    df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
+    writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
+    for name in cdc_types.dictionary_columns(w.schema):
+        writer = writer.option(f"parquet.enable.dictionary#{name}", "true")
+    writer.parquet(w.staging)
+
+
+def _remove_unlisted(staging: str, keep: set[str]) -> None:
+    """Drop files of failed task attempts (a retried chunk wrote a second file under a new name)."""
+    base = _local(staging)
+    for name in os.listdir(base) if os.path.isdir(base) else []:
+        path = f"{base}/{name}"
+        if path not in keep and name.endswith(".parquet"):
+            os.remove(path)
 
 
 def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:
@@ -353,8 +401,14 @@ def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:
 
 def _explain_jdbc_error(table: str, exc: Exception) -> str:
     text = str(exc)
-    first = next((ln for ln in text.splitlines() if "Exception:" in ln), text[:300]).strip()
-    first = first.split("Exception: ", 1)[-1][:300]
+    # A native-reader task failure arrives as Spark's PythonException holding the worker's
+    # traceback: its last "RuntimeError: reading ..." line is the message that matters.
+    worker = [ln.split("RuntimeError: ", 1)[1] for ln in text.splitlines() if "RuntimeError: reading " in ln]
+    if worker:
+        first = worker[-1].split(" failed: ", 1)[-1][:300]
+    else:
+        first = next((ln for ln in text.splitlines() if "Exception:" in ln), text[:300]).strip()
+        first = first.split("Exception: ", 1)[-1][:300]
     if (
         "ClassNotFoundException" in text
         or text.strip().startswith("org.mariadb.jdbc.Driver")
@@ -380,7 +434,7 @@ def _explain_jdbc_error(table: str, exc: Exception) -> str:
             f"reading {table} failed: cannot connect to the source server; "
             f"check host/port and that it is up ({first.strip()})"
         )
-    return f"reading {table} with Spark JDBC failed: {first.strip()}"
+    return f"reading {table} failed: {first.strip()}"
 
 
 def _local(path: str) -> str:

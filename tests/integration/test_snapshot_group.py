@@ -110,16 +110,18 @@ def _dml_everything(mariadb: Any, table: str, rotate: bool) -> None:
     mariadb.execute(f"DELETE FROM {table} WHERE id = 48000")
 
 
+@pytest.mark.parametrize("reader", ["native", "jdbc"])
 @pytest.mark.parametrize("point", ["after_low_watermark", "during_read", "before_high_watermark"])
-def test_concurrent_dml_at_each_point(point: str, mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     table = _make_table(mariadb, db)
     store = StateStore(str(tmp_path / "state"), "pipe")
     sink = DeltaSink(str(tmp_path / "lake"))
     plan = _plan(cdc_settings, store, table)
     assert len(plan.groups) == 2 and len(plan.splits) == 6
 
+    opts = SnapshotOptions(reader=reader)
     # Group 1 first, with no concurrent DML; remember its chunks as of its HW.
-    run_snapshot_group(spark, cdc_settings, store, "p1", 1, sink)
+    run_snapshot_group(spark, cdc_settings, store, "p1", 1, sink, opts)
     group1_at_hw = _chunk_rows_now(mariadb, plan, 1)
 
     fired: list[str] = []
@@ -133,7 +135,7 @@ def test_concurrent_dml_at_each_point(point: str, mariadb, db, cdc_settings, spa
     hooks = SnapshotTestHooks(**{point: dml})
     if point == "during_read":
         hooks.stall_reads_at = {table: ((250,), 3.0)}
-    result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, test_hooks=hooks)
+    result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, opts, test_hooks=hooks)
     assert fired == [point]
     assert result.window_changes > 0
     group0_at_hw = _chunk_rows_now(mariadb, plan, 0)
@@ -338,3 +340,31 @@ def test_alter_table_during_the_snapshot_fails_the_group(mariadb, db, cdc_settin
         run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, test_hooks=hooks)
     assert sink.read(table).num_rows == 0
     assert store.read_group_results("p1", 0) is None
+
+
+def test_geometry_table_falls_back_to_jdbc_or_is_refused_by_reader_native(
+    mariadb, db, cdc_settings, spark, tmp_path, caplog  # type: ignore[no-untyped-def]
+) -> None:
+    table = f"{db}.places"
+    mariadb.execute(
+        f"CREATE TABLE {table} (id INT NOT NULL PRIMARY KEY, p POINT, n VARCHAR(10))",
+        f"INSERT INTO {table} VALUES (1, ST_GeomFromText('POINT(1 2)'), 'a'), (2, NULL, 'b')",
+    )
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    with pytest.raises(SnapshotError, match=r"native reader cannot read it: column 'p' holds GEOMETRY.*reader='jdbc'"):
+        run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(reader="native"))
+    assert sink.read(table).num_rows == 0
+    with caplog.at_level("INFO", logger="airflow_provider_mysqlcdc.snapshot.group"):
+        result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
+    assert result.rows == 2
+    assert any("read with Spark JDBC: column 'p' holds GEOMETRY" in r.getMessage() for r in caplog.records)
+    got = sink.read(table).sort_by("id")
+    assert got.column("n").to_pylist() == ["a", "b"]
+    assert got.column("p").to_pylist()[1] is None and len(got.column("p").to_pylist()[0]) == 25
+
+
+def test_bad_reader_option_is_refused() -> None:
+    with pytest.raises(ValueError, match="reader must be one of auto, native, jdbc"):
+        SnapshotOptions(reader="odbc")

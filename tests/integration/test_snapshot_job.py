@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.state import StateStore
@@ -19,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROWS = 300_000
 
 
-def _submit(tmp_path: Path, cdc_settings, group: int = 0) -> subprocess.Popen:  # type: ignore[no-untyped-def]
+def _submit(tmp_path: Path, cdc_settings, group: int = 0, reader: str = "auto") -> subprocess.Popen:  # type: ignore[no-untyped-def]
     env = dict(os.environ)
     env["MYSQLCDC_SOURCE"] = json.dumps(cdc_settings.to_dict())
     env["PYSPARK_PYTHON"] = sys.executable
@@ -30,12 +32,13 @@ def _submit(tmp_path: Path, cdc_settings, group: int = 0) -> subprocess.Popen:  
         "--jars", "/usr/share/java/mariadb-java-client.jar",
         str(REPO / "spark_jobs" / "snapshot.py"),
         "--state-root", str(tmp_path / "state"), "--pipeline-id", "pipe", "--plan-id", "p1",
-        "--group-id", str(group), "--sink-root", str(tmp_path / "lake"),
+        "--group-id", str(group), "--sink-root", str(tmp_path / "lake"), "--reader", reader,
     ]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
-def test_killed_job_rerun_has_exact_rows(mariadb, db, cdc_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("reader", ["native", "jdbc"])
+def test_killed_job_rerun_has_exact_rows(reader: str, mariadb, db, cdc_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
     table = f"{db}.big"
     mariadb.execute(
         f"CREATE TABLE {table} (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(100))",
@@ -48,13 +51,14 @@ def test_killed_job_rerun_has_exact_rows(mariadb, db, cdc_settings, tmp_path) ->
     store.write_plan("p1", plan.to_dict())
     assert len(plan.groups) == 1 and len(plan.splits) >= 10
 
-    proc = _submit(tmp_path, cdc_settings)
-    staging = str(tmp_path / "lake" / db / "big" / "snapshot" / "p1-g00000" / "*" / "_temporary")
+    proc = _submit(tmp_path, cdc_settings, reader=reader)
+    # Kill as soon as the first chunk is being written (JDBC: Spark's _temporary; native: a part file).
+    attempt_dir = tmp_path / "lake" / db / "big" / "snapshot" / "p1-g00000" / "*"
     deadline = time.monotonic() + 180
-    while not glob.glob(staging):
+    while not (glob.glob(str(attempt_dir / "_temporary")) or glob.glob(str(attempt_dir / "part-*"))):
         assert proc.poll() is None, [ln for ln in proc.stderr.read().decode().splitlines() if "INFO" not in ln][-40:]
         assert time.monotonic() < deadline, "the job never started writing"
-        time.sleep(0.05)
+        time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
@@ -64,7 +68,7 @@ def test_killed_job_rerun_has_exact_rows(mariadb, db, cdc_settings, tmp_path) ->
     assert store.read_group_results("p1", 0) is None
 
     mariadb.execute(f"UPDATE {table} SET v = -1 WHERE id % 1000 = 0")  # the source moves on meanwhile
-    proc = _submit(tmp_path, cdc_settings)
+    proc = _submit(tmp_path, cdc_settings, reader=reader)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err.decode()[-3000:]
     line = next(ln for ln in out.decode().splitlines() if ln.startswith("MYSQLCDC_RESULT "))

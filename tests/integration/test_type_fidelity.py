@@ -442,6 +442,59 @@ def test_jdbc_path_does_not_depend_on_the_jvm_time_zone(matrix: Matrix, spark: A
         tz.setDefault(saved)
 
 
+# --------------------------------------------------------------------------- the native reader
+def _without_geometry(schema: TableSchema) -> TableSchema:
+    return TableSchema(schema.table, [c for c in schema.columns if c.name != "c_geom"], schema.primary_key)
+
+
+def native_read(settings: ConnectionSettings, schema: TableSchema, dest: str) -> pa.Table:
+    """The snapshot's native reader exactly as a Spark task runs it: one chunk -> Parquet -> Arrow."""
+    from airflow_provider_mysqlcdc.snapshot.native_reader import stage_chunk
+
+    _, path, rows, _ = stage_chunk(settings, schema, 0, "1 = 1", dest, cdc_types.dictionary_columns(schema))
+    table = pq.read_table(path).sort_by("id")
+    assert table.num_rows == rows
+    return table
+
+
+def test_native_reader_values_and_types(matrix: Matrix, mariadb: Any) -> None:
+    """Every type (GEOMETRY aside: such tables use JDBC) through connectorx -> canonical Arrow ->
+    Parquet: the file already has the canonical schema, and every value equals the expected one and
+    the JDBC path's value."""
+    schema = _without_geometry(matrix.schema)
+    got = native_read(mariadb.cdc_settings(), schema, f"{matrix.workdir}/native")
+    assert [(f.name, f.type) for f in got.schema] == [(f.name, f.type) for f in cdc_types.arrow_schema(schema)]
+    expected = [{k: v for k, v in r.items() if k != "c_geom"} for r in _with_rev(_expected_rows(matrix.schema), 1)]
+    _assert_rows_equal(got.to_pylist(), expected, "snapshot (native reader -> Parquet)")
+    assert got.equals(matrix.snapshot.drop_columns(["c_geom"]))
+
+
+def test_native_reader_timestamp_does_not_depend_on_the_server_time_zone(matrix: Matrix, mariadb: Any) -> None:
+    """connectorx cannot set a session time zone, so its sessions run in the server's global one:
+    TIMESTAMP must still come out as its stored UTC instant (read as epoch microseconds)."""
+    schema = _without_geometry(matrix.schema)
+    cols = ["id", "c_dt", "c_dt6", "c_ts", "c_ts0", "c_date"]
+    mariadb.execute("SET GLOBAL time_zone = '-07:00'")
+    try:
+        got = native_read(mariadb.cdc_settings(), schema, f"{matrix.workdir}/native-tz").select(cols).to_pylist()
+    finally:
+        mariadb.execute("SET GLOBAL time_zone = SYSTEM")
+    want = [{c: r[c] for c in cols} for r in _expected_rows(matrix.schema)]
+    _assert_rows_equal(got, [{**w} for w in want], "native reader with the server in UTC-7")
+
+
+def test_native_reader_refuses_geometry_and_tls(matrix: Matrix, mariadb: Any) -> None:
+    from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable
+
+    settings = mariadb.cdc_settings()
+    assert "c_geom" in (native_reader_unavailable(settings, matrix.schema, "/tmp/x") or "")
+    schema = _without_geometry(matrix.schema)
+    assert native_reader_unavailable(settings, schema, "/tmp/x") is None
+    tls = ConnectionSettings(**{**settings.__dict__, "ssl": True})
+    assert "TLS" in (native_reader_unavailable(tls, schema, "/tmp/x") or "")
+    assert "s3://" in (native_reader_unavailable(settings, schema, "s3://bucket/lake/t") or "")
+
+
 # --------------------------------------------------------------------------- without a server
 def _col(name: str, data_type: str, column_type: str, **kw: Any) -> ColumnInfo:
     return ColumnInfo(name=name, ordinal=1, data_type=data_type, column_type=column_type, nullable=True, **kw)

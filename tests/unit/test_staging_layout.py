@@ -37,3 +37,73 @@ def test_small_domain_types_keep_the_dictionary_and_the_rest_is_plain() -> None:
 def test_names_parquet_options_cannot_address_stay_plain() -> None:
     schema = _schema(("id", "bigint", "bigint(20)"), ("a.b", "tinyint", "tinyint(4)"), ("c#d", "enum", "enum('x')"))
     assert dictionary_columns(schema) == []
+
+
+# --------------------------------------------------------------------------- native reader, pure parts
+def _typed(*cols: tuple[str, str, str]) -> TableSchema:
+    import dataclasses
+
+    schema = _schema(*cols)
+    # DECIMAL(12,2) as information_schema describes it
+    columns = [dataclasses.replace(c, numeric_precision=12, numeric_scale=2) if c.data_type == "decimal" else c
+               for c in schema.columns]
+    return TableSchema(schema.table, columns, schema.primary_key)
+
+
+def test_native_select_list_sends_exact_forms_for_what_the_driver_cannot_decode() -> None:
+    from airflow_provider_mysqlcdc.cdc.types import native_select_list
+
+    schema = _typed(
+        ("id", "bigint", "bigint(20) unsigned"),
+        ("amount", "decimal", "decimal(12,2)"),
+        ("ts", "timestamp", "timestamp(6)"),
+        ("b1", "bit", "bit(1)"),
+        ("n", "int", "int(11)"),
+    )
+    sql = native_select_list(schema)
+    assert "CAST(`id` AS CHAR) AS `id`" in sql
+    assert "CAST(`amount` AS CHAR) AS `amount`" in sql
+    assert "NULLIF(CAST(UNIX_TIMESTAMP(`ts`) * 1000000 AS SIGNED), 0) AS `ts`" in sql
+    assert "CAST(`b1` AS UNSIGNED) AS `b1`" in sql
+    assert "`n` AS `n`" in sql
+
+
+def test_canonicalize_native_casts_exactly_and_refuses_loss() -> None:
+    import datetime as dt
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pytest
+
+    from airflow_provider_mysqlcdc.cdc.types import arrow_schema, canonicalize_native
+
+    schema = _typed(
+        ("id", "bigint", "bigint(20) unsigned"),
+        ("amount", "decimal", "decimal(12,2)"),
+        ("ts", "timestamp", "timestamp(6)"),
+        ("dt", "datetime", "datetime(6)"),
+        ("b1", "bit", "bit(1)"),
+        ("u8", "tinyint", "tinyint(3) unsigned"),
+        ("bin", "varbinary", "varbinary(4)"),
+    )
+    raw = pa.table({
+        "id": pa.array(["18446744073709551615", None]),
+        "amount": pa.array(["-12.30", "0.00"]),
+        "ts": pa.array([1_000_000, None], pa.int64()),
+        "dt": pa.array([dt.datetime(9999, 12, 31, 23, 59, 59, 999999), None], pa.timestamp("us")),
+        "b1": pa.array([1, 0], pa.uint32()),
+        "u8": pa.array([255, None], pa.uint8()),
+        "bin": pa.array([b"\x00\xff", b""], pa.large_binary()),
+    })
+    out = canonicalize_native(raw, schema)
+    assert out.schema.equals(arrow_schema(schema))
+    utc = dt.UTC
+    assert out.to_pylist() == [
+        {"id": Decimal("18446744073709551615"), "amount": Decimal("-12.30"),
+         "ts": dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=utc),
+         "dt": dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc), "b1": True, "u8": 255, "bin": b"\x00\xff"},
+        {"id": None, "amount": Decimal("0.00"), "ts": None, "dt": None, "b1": False, "u8": None, "bin": b""},
+    ]
+    # A value that does not fit its canonical type fails loudly instead of being rounded.
+    with pytest.raises(pa.ArrowInvalid):
+        canonicalize_native(raw.set_column(1, "amount", pa.array(["1.234", "0"])), schema)
