@@ -343,28 +343,31 @@ def _stage_table(
         during.start()
     try:
         if native:
-            staged = stage_chunks(spark, settings, w.schema, predicates, w.staging)
+            w.files = _stage_natively(spark, settings, w, predicates)
         else:
-            _stage_with_jdbc(spark, url, props, w, predicates)
-    except SnapshotError:
-        raise
+            w.files = _stage_with_jdbc(spark, url, props, w, predicates)
     except Exception as exc:
-        raise SnapshotError(_explain_jdbc_error(w.table, exc)) from exc
+        raise SnapshotError(_explain_read_error(w.table, exc)) from exc
     finally:
         stop.set()
         if during is not None:
             during.join()
-    if native:
-        w.files = {}
-        for index, path, rows, size in staged:
-            sid = w.splits[index].split_id
-            w.files[sid] = StagedFile(path, rows, size, [sid])
-        _remove_unlisted(w.staging, {f.path for f in w.files.values()})
-    else:
-        w.files = _collect_staged(w.staging, w.splits)
 
 
-def _stage_with_jdbc(spark: Any, url: str, props: dict[str, str], w: _TableWork, predicates: list[str]) -> None:
+def _stage_natively(
+    spark: Any, settings: ConnectionSettings, w: _TableWork, predicates: list[str]
+) -> dict[int, StagedFile]:
+    files = {}
+    for index, path, rows, size in stage_chunks(spark, settings, w.schema, predicates, w.staging):
+        sid = w.splits[index].split_id
+        files[sid] = StagedFile(path, rows, size, [sid])
+    _remove_unlisted(w.staging, {f.path for f in files.values()})
+    return files
+
+
+def _stage_with_jdbc(
+    spark: Any, url: str, props: dict[str, str], w: _TableWork, predicates: list[str]
+) -> dict[int, StagedFile]:
     subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {w.schema.table.quoted}) AS src"
     reader_props = dict(props)
     ddl = cdc_types.spark_schema_ddl(w.schema)
@@ -375,6 +378,7 @@ def _stage_with_jdbc(spark: Any, url: str, props: dict[str, str], w: _TableWork,
     for name in cdc_types.dictionary_columns(w.schema):
         writer = writer.option(f"parquet.enable.dictionary#{name}", "true")
     writer.parquet(w.staging)
+    return _collect_staged(w.staging, w.splits)
 
 
 def _remove_unlisted(staging: str, keep: set[str]) -> None:
@@ -399,7 +403,7 @@ def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:
         log.debug("warm-up of the rewrite path failed: %s", exc)
 
 
-def _explain_jdbc_error(table: str, exc: Exception) -> str:
+def _explain_read_error(table: str, exc: Exception) -> str:
     text = str(exc)
     # A native-reader task failure arrives as Spark's PythonException holding the worker's
     # traceback: its last "RuntimeError: reading ..." line is the message that matters.

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
-from airflow_provider_mysqlcdc.cdc.types import dictionary_columns
+import datetime as dt
+import re
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_mysqlcdc.cdc.types import (
+    arrow_schema,
+    canonicalize_native,
+    dictionary_columns,
+    native_select_list,
+)
 from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema
 
 
 def _schema(*cols: tuple[str, str, str]) -> TableSchema:
-    return TableSchema(
-        TableId.parse("shop.t"),
-        [ColumnInfo(name, i + 1, dtype, ctype, True) for i, (name, dtype, ctype) in enumerate(cols)],
-        [cols[0][0]],
-    )
+    """Columns as information_schema describes them (DECIMAL(p,s) with its precision and scale)."""
+
+    def column(i: int, name: str, dtype: str, ctype: str) -> ColumnInfo:
+        m = re.fullmatch(r"decimal\((\d+),(\d+)\)", ctype)
+        p, s = (int(m.group(1)), int(m.group(2))) if m else (None, None)
+        return ColumnInfo(name, i + 1, dtype, ctype, True, numeric_precision=p, numeric_scale=s)
+
+    return TableSchema(TableId.parse("shop.t"), [column(i, *c) for i, c in enumerate(cols)], [cols[0][0]])
 
 
 def test_small_domain_types_keep_the_dictionary_and_the_rest_is_plain() -> None:
@@ -40,20 +55,10 @@ def test_names_parquet_options_cannot_address_stay_plain() -> None:
 
 
 # --------------------------------------------------------------------------- native reader, pure parts
-def _typed(*cols: tuple[str, str, str]) -> TableSchema:
-    import dataclasses
-
-    schema = _schema(*cols)
-    # DECIMAL(12,2) as information_schema describes it
-    columns = [dataclasses.replace(c, numeric_precision=12, numeric_scale=2) if c.data_type == "decimal" else c
-               for c in schema.columns]
-    return TableSchema(schema.table, columns, schema.primary_key)
 
 
 def test_native_select_list_sends_exact_forms_for_what_the_driver_cannot_decode() -> None:
-    from airflow_provider_mysqlcdc.cdc.types import native_select_list
-
-    schema = _typed(
+    schema = _schema(
         ("id", "bigint", "bigint(20) unsigned"),
         ("amount", "decimal", "decimal(12,2)"),
         ("ts", "timestamp", "timestamp(6)"),
@@ -69,15 +74,7 @@ def test_native_select_list_sends_exact_forms_for_what_the_driver_cannot_decode(
 
 
 def test_canonicalize_native_casts_exactly_and_refuses_loss() -> None:
-    import datetime as dt
-    from decimal import Decimal
-
-    import pyarrow as pa
-    import pytest
-
-    from airflow_provider_mysqlcdc.cdc.types import arrow_schema, canonicalize_native
-
-    schema = _typed(
+    schema = _schema(
         ("id", "bigint", "bigint(20) unsigned"),
         ("amount", "decimal", "decimal(12,2)"),
         ("ts", "timestamp", "timestamp(6)"),
