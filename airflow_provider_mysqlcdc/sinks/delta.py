@@ -501,24 +501,13 @@ def _merge_source(
     missing_pk = [c for c in primary_key if c not in target.names]
     if missing_pk:
         raise ValueError(f"{table}: primary key columns {missing_pk} are not columns of its Delta table")
-    extra = [c for c in upserts.column_names if c not in target.names]
-    if extra:
-        raise ValueError(
-            f"{table}: upserts carry columns {extra} that its Delta table lacks; apply the source's schema "
-            "change with DeltaSink.evolve_schema before applying rows of the new schema"
-        )
-    if upserts.num_rows:
-        absent = [f.name for f in target if f.name not in upserts.column_names]
-        if absent:
-            raise ValueError(
-                f"{table}: upserts lack columns {absent}; upserts must be full rows (binlog_row_image=FULL)"
-            )
+    upserts = conform_upserts(table, target, upserts)
     absent_keys = [c for c in primary_key if c not in deletes.column_names]
     if deletes.num_rows and absent_keys:
         raise ValueError(f"{table}: deletes lack primary key columns {absent_keys}")
 
     pk = set(primary_key)
-    up_cols = [upserts.column(f.name).cast(f.type) if upserts.num_rows else pa.nulls(0, f.type) for f in target]
+    up_cols = [upserts.column(f.name) if upserts.num_rows else pa.nulls(0, f.type) for f in target]
     del_cols = [
         deletes.column(f.name).cast(f.type) if f.name in pk and deletes.num_rows else pa.nulls(deletes.num_rows, f.type)
         for f in target
@@ -537,6 +526,27 @@ def _merge_source(
             "first (cdc.batch.fold_changes) — a MERGE would insert such a key twice"
         )
     return source
+
+
+def conform_upserts(table: str, target: pa.Schema, upserts: pa.Table) -> pa.Table:
+    """``upserts`` as full rows of the Delta table: its columns, in its order, cast to its types.
+
+    Safe casts (an overflow raises), so a batch may carry the narrower types of the source before a
+    widening; columns the table lacks fail, so a schema change the caller has not applied with
+    ``evolve_schema`` is never silently dropped.
+    """
+    extra = [c for c in upserts.column_names if c not in target.names]
+    if extra:
+        raise ValueError(
+            f"{table}: upserts carry columns {extra} that its Delta table lacks; apply the source's schema "
+            "change with DeltaSink.evolve_schema before applying rows of the new schema"
+        )
+    if not upserts.num_rows:
+        return target.empty_table()
+    absent = [f.name for f in target if f.name not in upserts.column_names]
+    if absent:
+        raise ValueError(f"{table}: upserts lack columns {absent}; upserts must be full rows (binlog_row_image=FULL)")
+    return pa.Table.from_arrays([upserts.column(f.name).cast(f.type) for f in target], schema=target)
 
 
 def _merge_predicate(primary_key: list[str]) -> str:

@@ -1,0 +1,348 @@
+"""Apply a folded batch of any size to a Delta table in bounded memory, as ONE commit.
+
+Why not delta-rs' MERGE: it takes its source as one in-memory table (a batch of a million updated
+rows is gigabytes) and commits on every call, so a batch split into pieces would show readers half a
+transaction. Here the batch arrives as the buckets of :class:`~cdc.bucketed_fold.BucketedFold` and
+is applied as a copy-on-write rewrite that is the same as the MERGE of
+:meth:`DeltaSink.apply_changes` (matched keys deleted or replaced, new keys inserted):
+
+1. each bucket's upserts are written as new data files of the table (sorted by key, with key
+   statistics), and its changed keys — every upsert's and delete's key — are kept, in memory or
+   spilled to scratch files when they exceed the budget;
+2. the table's data files are matched against the changed keys pass by pass (one pass per group
+   of buckets that fits the budget; files whose key statistics lie outside a pass's range are not
+   read), giving a drop mask per file;
+3. every file with a dropped row is rewritten without those rows, streamed row group by row group;
+4. one Delta commit removes the rewritten files and adds the new ones, carrying the transaction
+   identifier ``(app_id, version)``: readers see the whole batch or none of it, and a replay after
+   a crash is recognised and skipped, exactly as for a MERGE.
+
+Files written by an attempt that did not commit are invisible to readers; the next attempt of the
+same batch deletes them (local tables) and VACUUM removes them anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+from airflow_provider_mysqlcdc.cdc.bucketed_fold import FoldedBucket
+from airflow_provider_mysqlcdc.cdc.changed_keys import ChangedKeys, match_files
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, conform_upserts
+
+log = logging.getLogger(__name__)
+
+STREAM_DIR = "stream"
+#: Rows per data file written for upserts and rewrites (delta-rs' own default target is ~100 MB).
+FILE_ROWS = 1_000_000
+READ_BATCH_ROWS = 65_536
+_COMMIT_ATTEMPTS = 20
+
+Progress = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class RewriteResult:
+    """What one bounded apply did (for the batch's log line and status)."""
+
+    applied: bool
+    upserts: int = 0
+    deletes: int = 0
+    files_removed: int = 0
+    files_added: int = 0
+    rows_copied: int = 0
+    key_passes: int = 0
+    version: int | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _NewFile:
+    rel: str
+    rows: int
+    size: int
+    stats: str
+
+
+class _TableFiles:
+    """Data files of one Delta table by their relative paths, on a local disk or an object store."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None):
+        from fsspec.core import url_to_fs
+
+        self.uri = uri.rstrip("/")
+        self.local = "://" not in uri or uri.startswith("file://")
+        if self.local:
+            self.fs, self.root = None, self.uri.removeprefix("file://")
+        else:
+            self.fs, self.root = url_to_fs(self.uri, **(storage_options or {}))
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{unquote(rel)}"
+
+    def reader(self, rel: str) -> pq.ParquetFile:
+        if self.fs is None:
+            return pq.ParquetFile(self.path(rel))
+        return pq.ParquetFile(self.fs.open(self.path(rel), "rb"))
+
+    def writer_sink(self, rel: str) -> Any:
+        if self.fs is None:
+            os.makedirs(os.path.dirname(self.path(rel)), exist_ok=True)
+            return pa.OSFile(self.path(rel), "wb")
+        return self.fs.open(self.path(rel), "wb")
+
+    def size(self, rel: str) -> int:
+        return os.path.getsize(self.path(rel)) if self.fs is None else int(self.fs.size(self.path(rel)))
+
+    def remove_uncommitted(self, prefix: str) -> None:
+        """Delete directories of earlier, uncommitted attempts of this batch (local tables only:
+        on an object store VACUUM removes them)."""
+        if self.fs is not None:
+            return
+        parent = os.path.join(self.root, STREAM_DIR)
+        if not os.path.isdir(parent):
+            return
+        for name in os.listdir(parent):
+            if name.startswith(prefix):
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _key_stats(batch: pa.Table | pa.RecordBatch, key: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    for c in key:
+        mm = pc.min_max(batch.column(c))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if isinstance(lo, int | str) and not isinstance(lo, bool):
+            mins[c], maxs[c] = lo, hi
+    return mins, maxs
+
+
+class _FileWriter:
+    """Streams batches into data files of at most :data:`FILE_ROWS` rows, with key statistics."""
+
+    def __init__(self, files: _TableFiles, directory: str, stem: str, schema: pa.Schema, key: list[str]):
+        self.files, self.directory, self.stem, self.schema, self.key = files, directory, stem, schema, key
+        self.written: list[_NewFile] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._sink: Any = None
+        self._rel = ""
+        self._rows = 0
+        self._mins: dict[str, Any] = {}
+        self._maxs: dict[str, Any] = {}
+
+    def write(self, data: pa.Table | pa.RecordBatch) -> None:
+        offset = 0
+        while offset < data.num_rows:
+            if self._writer is None:
+                self._open()
+            take = min(data.num_rows - offset, FILE_ROWS - self._rows)
+            part = data.slice(offset, take)
+            assert self._writer is not None
+            self._writer.write(part if isinstance(part, pa.Table) else pa.Table.from_batches([part]))
+            lo, hi = _key_stats(part, self.key)
+            for c, v in lo.items():
+                self._mins[c] = v if c not in self._mins else min(self._mins[c], v)
+            for c, v in hi.items():
+                self._maxs[c] = v if c not in self._maxs else max(self._maxs[c], v)
+            self._rows += take
+            offset += take
+            if self._rows >= FILE_ROWS:
+                self.close()
+
+    def _open(self) -> None:
+        self._rel = f"{self.directory}/{self.stem}-{len(self.written):04d}.parquet"
+        self._sink = self.files.writer_sink(self._rel)
+        self._writer = pq.ParquetWriter(self._sink, self.schema, use_dictionary=False, compression="snappy")
+        self._rows, self._mins, self._maxs = 0, {}, {}
+
+    def close(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._sink.close()
+        stats: dict[str, Any] = {"numRecords": self._rows}
+        keys = [c for c in self.key if c in self._mins]
+        if keys and self._rows:
+            stats.update({"minValues": {c: self._mins[c] for c in keys}, "maxValues": {c: self._maxs[c] for c in keys},
+                          "nullCount": dict.fromkeys(keys, 0)})  # fmt: skip
+        self.written.append(_NewFile(self._rel, self._rows, self.files.size(self._rel), json.dumps(stats)))
+        self._writer = None
+
+
+def apply_folded_changes(
+    sink: DeltaSink,
+    table: str,
+    buckets: Iterable[FoldedBucket],
+    primary_key: list[str],
+    app_id: str,
+    version: int,
+    *,
+    workdir: str,
+    memory_bytes: int,
+    progress: Progress | None = None,
+) -> RewriteResult:
+    """Apply the folded buckets of one micro-batch to ``table`` as one commit (see the module doc).
+
+    ``workdir`` is a private local scratch directory; ``memory_bytes`` bounds the changed keys held
+    at once (the rest is spilled there). ``progress(phase, details)`` is called as the work moves
+    on, for the stream's log and status.
+    """
+    t0 = time.monotonic()
+    report = progress or (lambda phase, details: None)
+    dt = sink.open(table)
+    done = dt.transaction_version(app_id)
+    if done is not None and done >= version:
+        log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+        for _ in buckets:  # drain: the caller's scratch files are released as buckets are read
+            pass
+        return RewriteResult(applied=False, seconds=time.monotonic() - t0)
+    target = pa.schema(dt.schema().to_arrow())
+    key = list(primary_key)
+    key_schema = pa.schema([target.field(c) for c in key])
+    files = _TableFiles(sink.table_uri(table), sink.storage_options)
+    prefix = f"b{version:010d}-"
+    files.remove_uncommitted(prefix)
+    directory = f"{STREAM_DIR}/{prefix}{uuid.uuid4().hex[:12]}"
+    os.makedirs(workdir, exist_ok=True)
+    keys = ChangedKeys(key_schema, workdir, max(1, memory_bytes // 2))
+    result = RewriteResult(applied=True)
+    up_writer = _FileWriter(files, directory, "upserts", target, key)
+    for i, fb in enumerate(buckets):
+        up = conform_upserts(table, target, fb.upserts)
+        if up.num_rows:
+            up_writer.write(up.sort_by([(c, "ascending") for c in key]))
+        keys.add(fb.changed_keys(key_schema))
+        result.upserts += fb.upserts.num_rows
+        result.deletes += fb.delete_keys.num_rows
+        report("folding", {"buckets_folded": i + 1, "upserts": result.upserts, "deletes": result.deletes})
+    up_writer.close()
+    if not keys.count:
+        return RewriteResult(applied=False, seconds=time.monotonic() - t0)
+
+    for attempt in range(_COMMIT_ATTEMPTS):
+        if attempt:
+            dt = sink.open(table)
+            done = dt.transaction_version(app_id)
+            if done is not None and done >= version:
+                log.info("%s: batch %s/%s was applied concurrently; skipped", table, app_id, version)
+                return RewriteResult(applied=False, seconds=time.monotonic() - t0)
+        current = pa.table(dt.get_add_actions(flatten=True))
+        masks, passes = _match_target(files, current, keys, key, report)
+        result.key_passes = passes
+        rewrite = _FileWriter(files, directory, f"rewrite-{attempt:02d}", target, key)
+        removes: list[RemoveAction] = []
+        now = int(time.time() * 1000)
+        copied = 0
+        for n, (rel, (size, mask)) in enumerate(masks.items()):
+            copied += _copy_without(files, rel, mask, target, rewrite)
+            removes.append(RemoveAction(path=rel, data_change=True, deletion_timestamp=now, size=size))
+            report("rewriting", {"files_rewritten": n + 1, "files_to_rewrite": len(masks), "rows_copied": copied})
+        rewrite.close()
+        new_files = up_writer.written + rewrite.written
+        adds = [
+            AddAction(path=f.rel, size=f.size, partition_values={}, modification_time=now, data_change=True,
+                      stats=f.stats)
+            for f in new_files
+        ]  # fmt: skip
+        commit = CommitProperties(
+            app_transactions=[Transaction(app_id, version)],
+            custom_metadata={"mysqlcdc": json.dumps({
+                "app_id": app_id, "version": version, "upserts": result.upserts, "deletes": result.deletes,
+                "bounded_rewrite": True,
+            })},
+        )  # fmt: skip
+        report("committing", {"files_removed": len(removes), "files_added": len(adds)})
+        try:
+            dt.create_write_transaction([*removes, *adds], mode="append", schema=target, commit_properties=commit)
+        except CommitFailedError as exc:
+            log.info("%s: commit of batch %s/%s conflicted with a concurrent commit (%s); matching again",
+                     table, app_id, version, str(exc).splitlines()[0])
+            time.sleep(min(0.05 * (attempt + 1), 1.0))
+            continue
+        result.files_removed, result.files_added, result.rows_copied = len(removes), len(adds), copied
+        result.version = sink.open(table).version()
+        result.seconds = time.monotonic() - t0
+        return result
+    raise RuntimeError(
+        f"could not apply batch {app_id}/{version} to {table}: {_COMMIT_ATTEMPTS} attempts conflicted with "
+        "concurrent commits; is another job writing this table?"
+    )
+
+
+def _match_target(
+    files: _TableFiles, current: pa.Table, keys: ChangedKeys, key: list[str], report: Progress
+) -> tuple[dict[str, tuple[int, np.ndarray]], int]:
+    """``{file: (size, drop mask)}`` for every data file holding a changed key; and the pass count."""
+    cols = current.to_pydict()
+    paths = cols.get("path", [])
+    sizes = cols.get("size_bytes", [])
+    first = key[0]
+    lo_stats, hi_stats = cols.get(f"min.{first}"), cols.get(f"max.{first}")
+    masks: dict[str, np.ndarray] = {}
+    passes = 0
+    for group in keys.passes():
+        passes += 1
+        group = group.combine_chunks()
+        lo, hi = None, None
+        if pa.types.is_integer(group.schema.field(first).type) and group.num_rows:
+            mm = pc.min_max(group.column(first))
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+
+        def overlaps(i: int, lo: Any = lo, hi: Any = hi) -> bool:
+            if lo is None or lo_stats is None or hi_stats is None:
+                return True
+            f_lo, f_hi = lo_stats[i], hi_stats[i]
+            return not (isinstance(f_lo, int) and isinstance(f_hi, int) and (f_hi < lo or f_lo > hi))
+
+        candidates = [(rel, lambda rel=rel: files.reader(rel).read(columns=key))
+                      for i, rel in enumerate(paths) if overlaps(i)]  # fmt: skip
+        for rel, hit in match_files(candidates, group, key, max(1 << 20, keys.budget // 2)):
+            if hit.any():
+                masks[rel] = masks[rel] | hit if rel in masks else hit
+        report("matching", {"key_pass": passes, "files_with_changes": len(masks), "files": len(paths)})
+    size_of = dict(zip(paths, sizes, strict=True))
+    return {rel: (int(size_of[rel]), m) for rel, m in masks.items()}, passes
+
+
+def _copy_without(files: _TableFiles, rel: str, drop: np.ndarray, schema: pa.Schema, out: _FileWriter) -> int:
+    """Stream ``rel`` into ``out`` without the rows ``drop`` marks; the number of rows copied."""
+    offset = 0
+    copied = 0
+    for batch in files.reader(rel).iter_batches(batch_size=READ_BATCH_ROWS):
+        keep = ~drop[offset : offset + batch.num_rows]
+        offset += batch.num_rows
+        if keep.any():
+            kept = _conform(pa.Table.from_batches([batch]).filter(pa.array(keep)), schema)
+            out.write(kept)
+            copied += kept.num_rows
+    return copied
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows of an older data file in the table's current schema: columns added since read NULL,
+    widened columns are cast (what a Delta reader does with such a file)."""
+    names = data.column_names
+    cols = [data.column(f.name).cast(f.type) if f.name in names else pa.nulls(data.num_rows, f.type) for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+__all__ = ["RewriteResult", "apply_folded_changes"]
