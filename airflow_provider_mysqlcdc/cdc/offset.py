@@ -97,3 +97,24 @@ def min_offset(offsets: list[BinlogOffset]) -> BinlogOffset:
     if not offsets:
         raise ValueError("no offsets to take the minimum of")
     return min(offsets)
+
+
+def binlog_segments(
+    files: list[tuple[str, int]], start: BinlogOffset, end: BinlogOffset
+) -> list[tuple[str, int, int]]:
+    """``(file, from, to)`` pieces of ``[start, end)``, one per binlog file, in order."""
+    out = []
+    for f, size in sorted(files, key=lambda x: binlog_file_number(x[0])):
+        n = binlog_file_number(f)
+        if n < start.file_number or n > end.file_number:
+            continue
+        lo = start.pos if n == start.file_number else 4
+        hi = end.pos if n == end.file_number else size
+        if hi > lo:
+            out.append((f, lo, hi))
+    return out
+
+
+def binlog_bytes(files: list[tuple[str, int]], start: BinlogOffset, end: BinlogOffset) -> int:
+    """Bytes of binlog in ``[start, end)`` given ``SHOW BINARY LOGS`` (name, size) rows."""
+    return sum(hi - lo for _, lo, hi in binlog_segments(files, start, end))

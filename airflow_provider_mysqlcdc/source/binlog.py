@@ -197,6 +197,8 @@ class BinlogRangeReader:
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
+        emit_from: BinlogOffset | None = None,
+        emit_to: BinlogOffset | None = None,
     ) -> None:
         if not (1 <= int(server_id) < 2**32):
             raise ValueError(f"server_id must be in 1..2^32-1, got {server_id}")
@@ -226,6 +228,11 @@ class BinlogRangeReader:
         self.schemas = dict(schemas or {})
         self.added_columns = {t: tuple(c) for t, c in (added_columns or {}).items()}
         self.key_columns = dict(key_columns or {})
+        # A slice of a large transaction (stream/boundaries.py): only rows events (and DDL) that
+        # start in [emit_from, emit_to) are decoded and yielded; the read ends at the first rows
+        # event at or after emit_to (stop_reason "slice_end", reached_end True).
+        self.emit_from = emit_from
+        self.emit_to = emit_to
         self.tables: frozenset[tuple[str, str]] | None = (
             None if tables is None else frozenset(_split_table(t) for t in tables)
         )
@@ -371,6 +378,8 @@ class BinlogRangeReader:
     ) -> Iterator[RowChange]:
         wanted = self.tables
         convert = self.convert
+        emit_from = None if self.emit_from is None else self.emit_from.sort_key()
+        emit_to = None if self.emit_to is None else self.emit_to.sort_key()
         file = self.start.file
         fileno = binlog_file_number(file)
         state = _NONE
@@ -391,6 +400,13 @@ class BinlogRangeReader:
                     log.warning("rows event at %s:%d outside a transaction; treating it as one", file, start)
                     tx_offset = BinlogOffset(file, start)
                     state = _GROUP
+                if emit_from is not None or emit_to is not None:
+                    at = (fileno, start)
+                    if emit_to is not None and at >= emit_to:
+                        self._slice_done()
+                        return
+                    if emit_from is not None and at < emit_from:
+                        continue  # another task's share of this transaction: not decoded
                 tid = ev.table_id
                 try:
                     name = names[tid]
@@ -481,7 +497,9 @@ class BinlogRangeReader:
                 else:
                     ends_tx = q in ("COMMIT", "ROLLBACK")
                 if self.ddl and q not in ("BEGIN", "COMMIT", "ROLLBACK"):
-                    yield from self._ddl_changes(ev, file, fileno, log_pos - pkt.event_size, tx_offset)
+                    at = (fileno, log_pos - pkt.event_size)
+                    if (emit_from is None or at >= emit_from) and (emit_to is None or at < emit_to):
+                        yield from self._ddl_changes(ev, file, fileno, log_pos - pkt.event_size, tx_offset)
             elif cls is RotateEvent:
                 if state != _NONE:
                     # python-mysql-replication reconnects by itself after a lost connection (server
@@ -585,6 +603,11 @@ class BinlogRangeReader:
             self._range_done()
             return True
         return self._should_stop(deadline)
+
+    def _slice_done(self) -> None:
+        """The slice's last rows event is behind: the rest of the transaction is another task's."""
+        self._reached_end = True
+        self.stop_reason = "slice_end"
 
     def _range_done(self) -> None:
         """Everything before ``end`` is consumed: ``end`` itself is the resume offset (a boundary by contract)."""

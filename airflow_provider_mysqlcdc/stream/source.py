@@ -1,11 +1,10 @@
 """``mysql_binlog``: a PySpark Python streaming data source over the MySQL/MariaDB binlog.
 
-Each micro-batch is a binlog range ``[start, end)`` between two transaction boundaries (DESIGN §3
-"Binlog offset"). The range is cut into up to ``readers`` transaction-aligned sub-ranges of similar
-byte size, and each is decoded by its own Spark task with its own replication ``server_id`` —
-decoding is the streaming bottleneck (DESIGN §3, ~20k rows/s per core), so one reader per batch
-would cap the stream at one core. The stream handoff filter (per chunk HW, per image) is applied in
-the tasks.
+Each micro-batch is a binlog range ``[start, end)`` between two transaction boundaries. The range
+is cut into up to ``readers`` slices of similar byte size (``stream/boundaries.py``: on transaction
+boundaries, or on rows events inside a transaction too large to leave whole), and each is decoded
+by its own Spark task with its own replication ``server_id`` — one reader per batch would cap the
+stream at one core. The stream handoff filter (per chunk HW, per image) is applied in the tasks.
 
 The changes travel as *change blocks* (``cdc/change_block.py``): each output row carries up to
 :data:`BLOCK_ROWS` changes of one table as an Arrow IPC stream whose images are already in the
@@ -16,10 +15,12 @@ decoding every change in Python (measured: the per-change JSON round trip it rep
 Output schema (:data:`SCHEMA`)::
 
     tbl STRING        'db.table'
-    kind STRING       'rows' (a block of row changes), 'ddl' (a DDL statement on the table) or
-                      'invalid' (changes whose values do not fit the table's schema in the
-                      manifest: the rows after an ALTER the stream has not followed yet)
-    rows INT          changes in the block (1 for 'ddl')
+    kind STRING       'rows' (a block of row changes), 'staged' (blocks a task wrote to a file
+                      instead: its output passed its share of ``max_inline_bytes``), 'ddl' (a DDL
+                      statement on the table) or 'invalid' (changes whose values do not fit the
+                      table's schema in the manifest: the rows after an ALTER the stream has not
+                      followed yet)
+    rows INT          changes in the block or file (1 for 'ddl')
     first_seq LONG    ``seq`` of the block's first change; ``seq`` orders changes inside the
                       micro-batch: (partition index << 40) | number in the partition; partitions
                       are consecutive binlog ranges, so seq follows the binlog. Not comparable
@@ -29,7 +30,9 @@ Output schema (:data:`SCHEMA`)::
     pos LONG          position where that transaction starts (what "p >= HW" compares)
     commit_ts LONG    the latest rows-event timestamp in the block, epoch seconds
     info STRING       for 'ddl': JSON {"kind": alter|truncate|drop|rename|replace, "sql": ...}
-                      (see stream/job.py); for 'invalid': JSON {"error": ...}; null for 'rows'
+                      (see stream/job.py); for 'invalid': JSON {"error": ...}; for 'staged': JSON
+                      {"path", "blocks", "rows", "bytes", ...} (stream/staged_blocks.py); null for
+                      'rows'
     block BINARY      for 'rows': the Arrow IPC block (columns op, file, pos, file_num, event_pos,
                       row_index, seq, commit_ts, before, after; see cdc/change_block.py)
 
@@ -56,6 +59,11 @@ Options (strings, as Spark passes them):
     block_rows             changes per change block (default 8192)
     before_image           'key' (default): a before image carries the primary key and chunk key
                            columns only — all the sink and the filter need; 'full': every column
+    staging                directory (path or fsspec URL every task and the driver reach) where
+                           tasks stage change blocks beyond their share of max_inline_bytes; unset:
+                           everything goes through Spark
+    max_inline_bytes       change-block bytes per batch sent through Spark (default 32 MiB),
+                           shared evenly by the batch's tasks
 
 Offsets are ``{"file": ..., "pos": ...}`` at transaction boundaries. Where the pieces run (Spark
 4.2, verified by ``tests/integration/test_stream_source.py``):
@@ -89,15 +97,12 @@ interrupted transaction it already produced — Spark in local mode never retrie
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import math
 import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -120,17 +125,29 @@ from airflow_provider_mysqlcdc.cdc.change_block import (
     decode_blocks,
     encode_block,
 )
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_bytes, binlog_file_number
 from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader, BinlogReaderInterrupted
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator, SourceConnectionError
 from airflow_provider_mysqlcdc.source.rows_decoder import key_image_columns
 from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, binlog_files, current_offset
+from airflow_provider_mysqlcdc.stream.boundaries import (
+    BinlogBoundaries,
+    RangeSlice,
+    capped_end,
+    slice_range,
+)
 from airflow_provider_mysqlcdc.stream.manifest import (
     chunk_key_columns_from_manifest,
     manifest_from_json,
     manifest_start_offset,
     split_filter_from_manifest,
     table_schemas_from_manifest,
+)
+from airflow_provider_mysqlcdc.stream.staged_blocks import (
+    StagedBlockWriter,
+    batch_key,
+    read_staged_blocks,
+    write_batch_info,
 )
 
 log = logging.getLogger(__name__)
@@ -146,6 +163,14 @@ SCHEMA = (
 BLOCK_ROWS = 8192
 #: A sub-range smaller than this is not worth its own replication connection (tunable by option).
 DEFAULT_MIN_BYTES_PER_READER = 256 * 1024
+#: Change-block bytes a micro-batch sends through Spark to the driver (option ``max_inline_bytes``),
+#: shared evenly by its tasks; a task stages the rest of its output in the state store
+#: (``stream/staged_blocks.py``). Spark holds a collected batch several times over in the driver
+#: JVM, and an ordinary batch (capped at 32 MiB of binlog) stays near this size, so mainly
+#: batches of huge transactions stage.
+DEFAULT_MAX_INLINE_BYTES = 32 * 1024 * 1024
+#: A batch with at least this many binlog bytes is "large": its plan is recorded for progress reports.
+LARGE_BATCH_BYTES = 64 * 1024 * 1024
 #: ``seq`` = partition index << SEQ_SHIFT | row number within the partition.
 SEQ_SHIFT = 40
 SERVER_ID_SPAN = 1000
@@ -171,272 +196,35 @@ def _is_transient(exc: BaseException) -> bool:
 def _backoff(attempt: int) -> float:
     return min(2.0, 0.1 * 2**attempt)
 
-# SHOW BINLOG EVENTS event types that mark a transaction boundary.
-_TX_START_TYPES = frozenset({"Gtid", "Anonymous_Gtid"})  # boundary at the event's start
-_TX_END_TYPES = frozenset({"Xid", "XA_prepare"})  # boundary at the event's end
-_WINDOW = 256  # events fetched per look-back window
-_PAGE = 1000  # events fetched per forward page
-
-
-# ============================================================================ boundaries (driver)
-@dataclass(frozen=True)
-class _Event:
-    pos: int
-    type: str
-    end: int
-    info: str
-
-
-class BinlogBoundaries:
-    """Transaction boundaries from ``SHOW BINLOG EVENTS``, without decoding a single row.
-
-    The server walks its own file (measured ~8M events/s skipped server-side with ``LIMIT k, 1``),
-    so finding "the k-th event after ``pos``" costs a round trip, and only small windows of event
-    headers ever travel. A boundary is the start of a GTID event (MariaDB always writes one; MySQL
-    a GTID or anonymous GTID) or the end of an ``Xid`` / ``XA_prepare`` / ``COMMIT`` / ``ROLLBACK``
-    event: exactly the positions :class:`~source.binlog.BinlogRangeReader` stops at and starts from.
-    ``SHOW BINLOG EVENTS ... FROM pos`` needs ``pos`` to be an event start: every base used here is
-    a boundary, a file start (4), or a position the server itself listed.
-    """
-
-    def __init__(self, conn: Any):
-        self.conn = conn
-        self.queries = 0  # round trips, for tests and logs
-
-    # ---------------------------------------------------------------- primitives
-    def events(self, file: str, base: int, skip: int, count: int) -> list[_Event]:
-        self.queries += 1
-        with self.conn.cursor() as cur:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s, %s", (file, int(base), int(skip), int(count)))
-            return [_Event(int(r[1]), str(r[2]), int(r[4]), str(r[5] or "")) for r in cur.fetchall()]
-
-    def event(self, file: str, base: int, k: int) -> _Event | None:
-        """The k-th event (0-based) from ``base``, or None past the end of the file."""
-        got = self.events(file, base, k, 1)
-        return got[0] if got else None
-
-    def locate(
-        self, file: str, base: int, target: int, known_above: int | None = None
-    ) -> tuple[int, list[_Event]]:
-        """``(n, window)``: ``n`` events from ``base`` start at a position <= ``target`` (>= 1, as
-        ``base`` itself is an event start), and ``window`` holds the last few of them, ending with
-        event ``n - 1`` — the look-back :meth:`last_boundary_before` needs, already fetched.
-
-        Every probe restarts the server's walk at the last event known to start <= ``target``
-        (``FROM`` that position), and probes are placed by interpolating positions — event sizes
-        are similar, so a few probes land within :data:`_WINDOW` events — alternating with
-        bisection so a skewed file still converges in O(log n) probes. ``known_above`` is an index
-        already known to start after ``target``.
-        """
-        lo_i, lo_pos = 0, base  # event lo_i starts at lo_pos <= target
-        hi_i: int | None = known_above  # event hi_i starts after target, or does not exist
-        hi_pos: int | None = None
-        avg: float | None = None  # bytes per event seen so far
-        rounds = 0
-        while hi_i is None or hi_i - lo_i > _WINDOW:
-            rounds += 1
-            if hi_i is None:
-                if avg is None:
-                    k = lo_i + _WINDOW
-                else:  # aim just past the target, so the next probe brackets it
-                    k = lo_i + max(_WINDOW, int((target - lo_pos) / avg * 1.05) + 1)
-            elif hi_pos is not None and rounds % 2:
-                k = lo_i + int((target - lo_pos) * (hi_i - lo_i) / (hi_pos - lo_pos))
-                k = min(max(k, lo_i + 1), hi_i - 1)
-            else:
-                k = (lo_i + hi_i) // 2
-            e = self.event(file, lo_pos, k - lo_i)
-            if e is None or e.pos > target:
-                hi_i, hi_pos = k, (None if e is None else e.pos)
-            else:
-                if e.pos > lo_pos:
-                    avg = (e.pos - base) / k
-                lo_i, lo_pos = k, e.pos
-        window = self.events(file, lo_pos, 0, hi_i - lo_i)
-        inside = [e for e in window if e.pos <= target]
-        return lo_i + len(inside), inside
-
-    # ---------------------------------------------------------------- boundaries
-    @staticmethod
-    def _boundaries_in(events: list[_Event], upto: int | None = None) -> list[int]:
-        """Boundary positions contributed by ``events`` (a consecutive run), ascending, <= ``upto``."""
-        out = []
-        for e in events:
-            if e.type in _TX_START_TYPES:
-                b = e.pos
-            elif e.type in _TX_END_TYPES or (e.type == "Query" and e.info.strip().upper() in ("COMMIT", "ROLLBACK")):
-                b = e.end
-            else:
-                continue
-            if upto is None or b <= upto:
-                out.append(b)
-        return out
-
-    def last_boundary_before(
-        self, file: str, base: int, k: int, pos_k: int, window: list[_Event] | None = None
-    ) -> int | None:
-        """The last boundary > ``base`` and <= ``pos_k``, the start of event ``k`` (so after whole
-        events ``0..k-1``); None if the first transaction after ``base`` does not end by then.
-
-        ``window`` (consecutive events ending with event ``k``; a GTID event ``k`` itself counts) is
-        looked at first; the fallback reads growing windows before ``k`` from ``base``.
-        """
-        if window:
-            found = [b for b in self._boundaries_in(window, pos_k) if b > base]
-            if found:
-                return found[-1]
-        width = _WINDOW
-        while True:
-            lo = max(0, k - width)
-            events = self.events(file, base, lo, k - lo + 1)
-            found = [b for b in self._boundaries_in(events, pos_k) if b > base]
-            if found:
-                return found[-1]
-            if lo == 0:
-                return None
-            width *= 8
-
-    def first_boundary_from(self, file: str, pos: int, after: int, files: list[tuple[str, int]]) -> BinlogOffset | None:
-        """The first boundary > ``after`` found scanning forward from event start ``pos``; a file
-        end without one gives the next file's start; None at the end of the last file."""
-        cur = pos
-        while True:
-            events = self.events(file, cur, 0, _PAGE)
-            for e in events:
-                if e.type == "Rotate":
-                    nxt = e.info.split(";", 1)[0].strip()
-                    if nxt:
-                        return BinlogOffset(nxt, 4)
-                found = [b for b in self._boundaries_in([e]) if b > after]
-                if found:
-                    return BinlogOffset(file, found[0])
-            if len(events) < _PAGE:
-                nxt_file = _next_file(files, file)
-                return BinlogOffset(nxt_file, 4) if nxt_file else None
-            cur = events[-1].end
-
-
-def _next_file(files: list[tuple[str, int]], file: str) -> str | None:
-    n = binlog_file_number(file)
-    later = sorted((binlog_file_number(f), f) for f, _ in files if binlog_file_number(f) > n)
-    return later[0][1] if later else None
-
-
-def _segments(
-    files: list[tuple[str, int]], start: BinlogOffset, end: BinlogOffset
-) -> list[tuple[str, int, int]]:
-    """``(file, from, to)`` pieces of ``[start, end)``, one per binlog file, in order."""
-    out = []
-    for f, size in sorted(files, key=lambda x: binlog_file_number(x[0])):
-        n = binlog_file_number(f)
-        if n < start.file_number or n > end.file_number:
-            continue
-        lo = start.pos if n == start.file_number else 4
-        hi = end.pos if n == end.file_number else size
-        if hi > lo:
-            out.append((f, lo, hi))
-    return out
-
-
-def capped_end(
-    bounds: BinlogBoundaries,
-    files: list[tuple[str, int]],
-    start: BinlogOffset,
-    head: BinlogOffset,
-    max_events: int | None,
-    max_bytes: int | None,
-) -> BinlogOffset:
-    """The end of a batch from ``start``: the last boundary within the caps, never past ``head``.
-
-    A transaction bigger than a cap forms a batch by itself (progress is guaranteed); a batch may
-    span rotations (the caps are counted across files).
-    """
-    ev_left = max_events if max_events else math.inf
-    by_left = max_bytes if max_bytes else math.inf
-    consumed = False
-    for f, base, seg_end in _segments(files, start, head):
-        k_cap: int | None = None
-        pos_cap = 0
-        window: list[_Event] | None = None
-        if ev_left is not math.inf:
-            e = bounds.event(f, base, int(ev_left))
-            if e is not None and e.pos < seg_end:
-                k_cap, pos_cap = int(ev_left), e.pos
-        if by_left is not math.inf and base + by_left < seg_end:
-            target = base + int(by_left)
-            above = k_cap if k_cap is not None and pos_cap > target else None
-            m, win = bounds.locate(f, base, target, known_above=above)
-            # events 0..m-2 end at or before target: the batch may end where event m-1 starts
-            if k_cap is None or m - 1 < k_cap:
-                k_cap, pos_cap, window = m - 1, win[-1].pos, win
-        if k_cap is None:
-            if binlog_file_number(f) == head.file_number:
-                return head
-            if ev_left is not math.inf:
-                ev_left -= bounds.locate(f, base, seg_end - 1, known_above=int(ev_left))[0]
-            by_left -= seg_end - base
-            consumed = True
-            continue
-        b = bounds.last_boundary_before(f, base, k_cap, pos_cap, window) if k_cap > 0 else None
-        if b is not None:
-            return min(BinlogOffset(f, b), head)
-        if consumed:  # earlier files fill the batch; end it at this file's start
-            return BinlogOffset(f, base)
-        # The first transaction alone exceeds the cap: it is the batch.
-        nxt = bounds.first_boundary_from(f, base, base, files)
-        return head if nxt is None else min(nxt, head)
-    return head
-
-
-def split_range(
-    bounds: BinlogBoundaries,
-    files: list[tuple[str, int]],
-    start: BinlogOffset,
-    end: BinlogOffset,
-    parts: int,
-    min_bytes: int,
-) -> list[BinlogOffset]:
-    """Cut points (boundaries strictly inside ``(start, end)``) for up to ``parts`` sub-ranges of
-    similar byte size. A target with no boundary left in its file cuts at the next file's start."""
-    segs = _segments(files, start, end)
-    total = sum(hi - lo for _, lo, hi in segs)
-    if min_bytes > 0:
-        parts = min(parts, max(1, total // min_bytes))
-    if parts <= 1 or not segs:
-        return []
-    cuts: set[BinlogOffset] = set()
-    anchor: tuple[str, int] | None = None  # the previous target's event: targets ascend, walk on from there
-    for i in range(1, parts):
-        g = total * i // parts
-        for seg_file, lo, hi in segs:
-            if g < hi - lo:
-                f, target = seg_file, lo + g
-                break
-            g -= hi - lo
-        else:  # pragma: no cover - g < total by construction
-            continue
-        base = anchor[1] if anchor is not None and anchor[0] == f and anchor[1] <= target else lo
-        e = bounds.locate(f, base, target)[1][-1]
-        anchor = (f, e.pos)
-        b = bounds.first_boundary_from(f, e.pos, max(lo, e.pos - 1), files)
-        if b is not None and start < b < end:
-            cuts.add(b)
-    return sorted(cuts)
-
-
 # ============================================================================ Spark classes
 class BinlogPartition(InputPartition):
-    """One transaction-aligned sub-range of a micro-batch, with the server_id its reader uses."""
+    """One task's share of a micro-batch (a :class:`~stream.boundaries.RangeSlice`), the batch it
+    belongs to (for staged output) and the server_id its reader uses."""
 
-    def __init__(self, index: int, start: dict[str, Any], end: dict[str, Any], server_id: int):
-        super().__init__((index, start, end, server_id))
+    def __init__(
+        self,
+        index: int,
+        start: dict[str, Any],
+        end: dict[str, Any],
+        server_id: int,
+        emit_from: dict[str, Any] | None = None,
+        emit_to: dict[str, Any] | None = None,
+        batch: str | None = None,
+        inline_bytes: int | None = None,
+    ):
+        super().__init__((index, start, end, server_id, emit_from, emit_to, batch, inline_bytes))
         self.index = index
         self.start = start
         self.end = end
         self.server_id = server_id
+        self.emit_from = emit_from
+        self.emit_to = emit_to
+        self.batch = batch or batch_key(BinlogOffset.from_dict(start), BinlogOffset.from_dict(end))
+        self.inline_bytes = inline_bytes  # this task's share of max_inline_bytes; None = no limit
 
     def __repr__(self) -> str:
-        return f"BinlogPartition({self.index}, {self.start} -> {self.end}, server_id={self.server_id})"
+        inside = f", rows events {self.emit_from} -> {self.emit_to}" if self.emit_from or self.emit_to else ""
+        return f"BinlogPartition({self.index}, {self.start} -> {self.end}{inside}, server_id={self.server_id})"
 
 
 def _int_option(options: Any, name: str, default: int | None, minimum: int) -> int | None:
@@ -496,6 +284,8 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.before_image = str(options.get("before_image") or "key").strip().lower()
         if self.before_image not in ("key", "full"):
             raise ValueError(f"option before_image={self.before_image!r} of the {NAME} source must be 'key' or 'full'")
+        self.staging = str(options.get("staging") or "").strip() or None
+        self.max_inline_bytes = _int_option(options, "max_inline_bytes", DEFAULT_MAX_INLINE_BYTES, 0) or 0
         # Driver-only state, created on first use and never pickled.
         self._conn: Any = None
         self._ids: ServerIdAllocator | None = None
@@ -628,19 +418,33 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         if stop <= begin:
             return []
 
-        def cut(conn: Any) -> list[BinlogOffset]:
+        def cut(conn: Any) -> tuple[list[RangeSlice], int]:
             files = self._files_checked(conn, begin)
+            size = binlog_bytes(files, begin, stop)
             if self.readers <= 1:
-                return []
-            return split_range(BinlogBoundaries(conn), files, begin, stop, self.readers, self.min_bytes_per_reader)
+                return [RangeSlice(begin, stop)], size
+            bounds = BinlogBoundaries(conn)
+            return slice_range(bounds, files, begin, stop, self.readers, self.min_bytes_per_reader), size
 
-        points = [begin, *self._retrying("splitting the batch", cut), stop]
+        slices, size = self._retrying("splitting the batch", cut)
+        batch = batch_key(begin, stop)
+        if self.staging and size >= LARGE_BATCH_BYTES:
+            log.info("%s: large batch %s -> %s: %.1f MiB of binlog in %d slices", NAME, begin, stop, size / 2**20,
+                     len(slices))  # fmt: skip
+            try:
+                write_batch_info(self.staging, batch, {"start": start, "end": end, "binlog_bytes": size,
+                                                       "slices": len(slices), "planned_at": time.time()})  # fmt: skip
+            except OSError as exc:  # informative only
+                log.debug("could not record the batch plan: %s", exc)
+        share = self.max_inline_bytes // len(slices)
         return [
             BinlogPartition(
-                i, {"file": a.file, "pos": a.pos}, {"file": b.file, "pos": b.pos}, self._next_server_id()
+                i, sl.start.to_dict(), sl.end.to_dict(), self._next_server_id(),
+                sl.emit_from.to_dict() if sl.emit_from else None, sl.emit_to.to_dict() if sl.emit_to else None, batch,
+                share,
             )
-            for i, (a, b) in enumerate(itertools.pairwise(points))
-        ]
+            for i, sl in enumerate(slices)
+        ]  # fmt: skip
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the binlog is read, never consumed. Logged for operators."""
@@ -681,6 +485,13 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
         return converters[table](values, none_sources)
 
     start, end = BinlogOffset.from_dict(part.start), BinlogOffset.from_dict(part.end)
+    emit_from = BinlogOffset.from_dict(part.emit_from) if part.emit_from else None
+    emit_to = BinlogOffset.from_dict(part.emit_to) if part.emit_to else None
+    # Output beyond max_inline_bytes goes to staged files instead of through Spark (see
+    # stream/staged_blocks.py); None when the query has no staging directory.
+    staged = StagedBlockWriter(reader.staging, part.batch, part.index) if reader.staging else None
+    inline_bytes = 0
+    decoded = 0
     out: list[dict[str, Any]] = []  # block rows waiting to be yielded
     first_seq: dict[str, int] = {}
     last_tx_of: dict[str, BinlogOffset] = {}
@@ -690,17 +501,27 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     tx_key: tuple[int, int] = (0, 0)
 
     def seal(table: str) -> None:
+        nonlocal inline_bytes
         b = builders[table]
         tx = last_tx_of[table]
         row = {"tbl": table, "kind": "rows", "rows": len(b), "first_seq": first_seq.pop(table), "file": tx.file,
                "pos": tx.pos, "commit_ts": max_ts.pop(table), "info": None, "block": None}  # fmt: skip
         try:
-            row["block"] = encode_block(b.build())
+            block = b.build()
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
             # Values decoded with the manifest's schema do not fit it: rows after an ALTER (e.g. a
             # widening) that this batch's DDL marker — possibly in another task — announces. The
             # driver stops the batch at the DDL before applying anything, or fails with this.
             row["kind"], row["info"] = "invalid", json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+            out.append(row)
+            return
+        if staged is not None:
+            staged.report_progress(decoded, str(tx))
+            if staged.active or (part.inline_bytes is not None and inline_bytes + block.nbytes > part.inline_bytes):
+                staged.write(table, block, row["first_seq"], tx, row["commit_ts"])
+                return
+        row["block"] = encode_block(block)
+        inline_bytes += len(row["block"])
         out.append(row)
 
     def flush() -> pa.RecordBatch:
@@ -719,7 +540,8 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
     while True:
         rr = BinlogRangeReader(reader._settings(), pos, end, reader.tables, part.server_id, blocking=False,
                                convert=convert, ddl=True, schemas=schemas, added_columns=added,
-                               key_columns=None if full_before else before_cols)  # fmt: skip
+                               key_columns=None if full_before else before_cols, emit_from=emit_from,
+                               emit_to=emit_to)  # fmt: skip
         cur_tx: BinlogOffset | None = None
         n_in_tx = 0
         failure: Exception
@@ -764,6 +586,7 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
                                 op, after = "d", None
                             elif not del_ok:
                                 before = None
+                    decoded += 1
                     b = builders[table]
                     if table not in first_seq:
                         first_seq[table] = seq
@@ -777,7 +600,8 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
                     seq += 1
                     if len(b) >= block_rows:
                         seal(table)
-                        yield flush()
+                        if out:
+                            yield flush()
             if rr.reached_end:
                 break
             # A non-blocking read that ends short of ``end`` (the server closed the dump) would drop
@@ -805,6 +629,11 @@ def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> I
         attempt += 1
     for table in list(first_seq):
         seal(table)
+    if staged is not None and staged.active:
+        for f in staged.close():
+            out.append({"tbl": f["table"], "kind": "staged",
+                        "rows": f["rows"], "first_seq": f["first_seq"], "file": f["file"], "pos": f["pos"],
+                        "commit_ts": f["commit_ts"], "info": json.dumps(f), "block": None})  # fmt: skip
     if out:
         yield flush()
 
@@ -824,7 +653,10 @@ def expand_changes(data: pa.Table) -> list[dict[str, Any]]:
                         "file": row["file"], "pos": row["pos"], "file_num": None, "event_pos": None,
                         "row_index": 0, "seq": row["first_seq"], "commit_ts": row["commit_ts"]})  # fmt: skip
             continue
-        block = decode_blocks([row["block"]])
+        if row["kind"] == "staged":
+            block = pa.Table.from_batches(list(read_staged_blocks(json.loads(row["info"])["path"])))
+        else:
+            block = decode_blocks([row["block"]])
         assert block is not None
         out.extend({"tbl": row["tbl"], **ch} for ch in block_changes(block))
     out.sort(key=lambda c: c["seq"])

@@ -24,7 +24,6 @@ must come back identical, and the union over batch ids is what a sink idempotent
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -50,20 +49,13 @@ from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, Serv
 from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
 from airflow_provider_mysqlcdc.source.server import binlog_files, current_offset
 from airflow_provider_mysqlcdc.state import ChunkResult
+from airflow_provider_mysqlcdc.stream.boundaries import BinlogBoundaries, RangeSlice, capped_end, slice_range
 from airflow_provider_mysqlcdc.stream.manifest import (
     ManifestError,
     build_manifest,
     table_schemas_from_manifest,
 )
-from airflow_provider_mysqlcdc.stream.source import (
-    SCHEMA,
-    SEQ_SHIFT,
-    BinlogBoundaries,
-    capped_end,
-    expand_changes,
-    register,
-    split_range,
-)
+from airflow_provider_mysqlcdc.stream.source import SCHEMA, SEQ_SHIFT, expand_changes, register
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -175,12 +167,17 @@ def run_query(
 
 
 def direct_read(
-    settings: ConnectionSettings, manifest: dict[str, Any], start: BinlogOffset, end: BinlogOffset
+    settings: ConnectionSettings, manifest: dict[str, Any], start: BinlogOffset, end: BinlogOffset,
+    piece: RangeSlice | None = None,
 ) -> list[tuple[Any, ...]]:
-    """The reference: one sequential BinlogRangeReader, no Spark, no filter; rows without ``seq``."""
+    """The reference: one sequential BinlogRangeReader, no Spark, no filter; rows without ``seq``.
+    With ``piece``, only that slice of the range (its rows events window)."""
     conv = {t: cdc_types.binlog_row_converter(s) for t, s in table_schemas_from_manifest(manifest).items()}
+    if piece is not None:
+        start, end = piece.start, piece.end
     reader = BinlogRangeReader(settings, start, end, sorted(conv), _ids.next(),
-                               convert=lambda t, v, ns: conv[t](v, ns))  # fmt: skip
+                               convert=lambda t, v, ns: conv[t](v, ns), emit_from=piece and piece.emit_from,
+                               emit_to=piece and piece.emit_to)  # fmt: skip
     with reader:
         out = [
             (c.op, c.table, c.before, c.after, c.tx_offset.file, c.tx_offset.pos,
@@ -276,8 +273,8 @@ def test_build_manifest_names_chunks_without_results() -> None:
 
 
 # ------------------------------------------------------------------ boundaries against the server
-def test_split_points_are_transaction_boundaries_across_rotations(mariadb, db, cdc_settings, cdc_conn,
-                                                                  tmp_path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+def test_slices_cover_the_range_exactly_once_across_rotations(mariadb, db, cdc_settings, cdc_conn,
+                                                              tmp_path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
     mariadb.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v VARCHAR(200), d DECIMAL(10,1))")
     start = current_offset(cdc_conn)
     manifest = write_manifest(cdc_conn, tmp_path / "m.json", {f"{db}.t": [(None, None, start)]})
@@ -290,26 +287,29 @@ def test_split_points_are_transaction_boundaries_across_rotations(mariadb, db, c
     bounds = BinlogBoundaries(cdc_conn)
     files = binlog_files(cdc_conn)
     sizes = dict(files)
+    events = server_events(mariadb, start, end)
+    boundaries = server_boundaries(events, files) | {start, end}
+    rows_events = {BinlogOffset(f, p) for f, p, t, _ in events if t.startswith(("Write_rows", "Update_rows",
+                                                                                "Delete_rows"))}  # fmt: skip
 
     def abs_pos(o: BinlogOffset) -> int:
         """Position counted over all files, to compare byte distances across rotations."""
         return sum(sizes[f] for f in sizes if binlog_file_number(f) < o.file_number) + o.pos
 
     for parts in (2, 3, 7, 50):
-        cuts = split_range(bounds, files, start, end, parts, min_bytes=0)
-        assert cuts == sorted(set(cuts)) and all(start < c < end for c in cuts)
-        assert 1 <= len(cuts) <= parts - 1
-        points = [start, *cuts, end]
-        pieces = [direct_read(cdc_settings, manifest, a, b) for a, b in itertools.pairwise(points)]
-        assert [r for p in pieces for r in p] == whole, f"parts={parts}: cuts {cuts} lose or repeat rows"
+        slices = slice_range(bounds, files, start, end, parts, min_bytes=0)
+        assert 2 <= len(slices) <= parts
+        assert slices[0].start == start and slices[-1].end == end
+        # every read starts and ends on a boundary the server agrees with (a GTID start, an Xid end,
+        # a file start); a cut inside a transaction is a rows event of it
+        assert {s.start for s in slices} | {s.end for s in slices} <= boundaries
+        assert {s.emit_from for s in slices if s.emit_from} | {s.emit_to for s in slices if s.emit_to} <= rows_events
+        pieces = [direct_read(cdc_settings, manifest, start, end, s) for s in slices]
+        assert [r for p in pieces for r in p] == whole, f"parts={parts}: slices {slices} lose or repeat rows"
         if parts == 2:  # similar byte sizes: the cut sits near the middle of the range's bytes
             mid = (abs_pos(start) + abs_pos(end)) / 2
-            assert abs(abs_pos(cuts[0]) - mid) < (abs_pos(end) - abs_pos(start)) * 0.2
-    # every cut is a boundary the server agrees with: a GTID start, an Xid end, or a file start
-    boundaries = server_boundaries(server_events(mariadb, start, end), files)
-    cuts = split_range(bounds, files, start, end, 50, min_bytes=0)
-    assert set(cuts) <= boundaries
-    assert len(cuts) > 20
+            cut = slices[0].emit_to or slices[0].end
+            assert abs(abs_pos(cut) - mid) < (abs_pos(end) - abs_pos(start)) * 0.2
 
 
 def test_capped_end_walks_the_range_in_whole_transactions(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
@@ -589,6 +589,54 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
         reader.stop()
     finally:
         server.destroy()
+
+
+def test_h_one_huge_transaction_is_sliced_across_decoders_and_staged(binlog_spark, mariadb, db, cdc_settings,
+                                                                     cdc_conn, tmp_path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    """A transaction far above the caps is one batch, decoded by several tasks (cuts at rows events
+    inside it), whose output past max_inline_bytes is staged; the changes are exactly one reader's."""
+    from airflow_provider_mysqlcdc.cdc.offset import binlog_bytes
+    from airflow_provider_mysqlcdc.stream.boundaries import slice_range
+
+    t = f"{db}.t"
+    mariadb.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(200), d DECIMAL(10,1))")
+    start = current_offset(cdc_conn)
+    path = tmp_path / "manifest.json"
+    manifest = write_manifest(cdc_conn, path, {t: [(None, None, start)]})
+    mariadb.execute(f"INSERT INTO {t} VALUES (-1, 'before', 0)", database=db)
+    pad = "p" * 150
+    conn = mariadb.root_connection(db)
+    try:
+        with conn.cursor() as cur:  # one transaction: inserts, updates, key moves, deletes
+            cur.execute("BEGIN")
+            for lo in range(0, 12_000, 3000):
+                values = ",".join(f"({i}, '{pad}{i}', {i % 97})" for i in range(lo, lo + 3000))
+                cur.execute(f"INSERT INTO t VALUES {values}")
+            cur.execute("UPDATE t SET v = CONCAT('u', v) WHERE id % 3 = 0")
+            cur.execute("UPDATE t SET id = id + 100000 WHERE id % 5 = 0")
+            cur.execute("DELETE FROM t WHERE id % 7 = 0")
+            cur.execute("COMMIT")
+    finally:
+        conn.close()
+    mariadb.execute(f"INSERT INTO {t} VALUES (-2, 'after', 0)", database=db)
+    end = current_offset(cdc_conn)
+    expected = direct_read(cdc_settings, manifest, start, end)
+
+    files = binlog_files(cdc_conn)
+    slices = slice_range(BinlogBoundaries(cdc_conn), files, start, end, 4, 0)
+    assert len(slices) == 4 and sum(1 for s in slices if s.emit_from or s.emit_to) >= 3  # cut inside the transaction
+    assert binlog_bytes(files, start, end) > 4 * 256 * 1024
+
+    staged = tmp_path / "staged"
+    run = run_query(binlog_spark, cdc_settings, path, tmp_path / "ck", {
+        "readers": 4, "min_bytes_per_reader": 0, "max_events_per_trigger": 50, "staging": str(staged),
+        "max_inline_bytes": 400_000,
+    })  # fmt: skip
+    assert no_seq(run.rows()) == expected  # every change once, in binlog order
+    big_batches = [b for b in run.batches.values() if len(b) > 10_000]
+    assert len(big_batches) == 1  # the transaction is one batch despite the cap
+    assert len({r[SEQ] >> SEQ_SHIFT for r in big_batches[0]}) == 4  # four decoders shared it
+    assert any(staged.rglob("part-*.arrow"))  # beyond max_inline_bytes the blocks went through files
 
 
 def test_schema_matches_what_spark_checks(binlog_spark) -> None:  # type: ignore[no-untyped-def]
