@@ -416,6 +416,8 @@ def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None
         "lag_seconds": 0.0 if behind is False else st["lag_seconds"],
         "heartbeat_age_seconds": st["heartbeat_age_seconds"],
         "last_batch": st["last_batch"],
+        # a long micro-batch (a huge transaction): its offsets, binlog bytes, phase, rows decoded so far
+        "current_batch": st.get("current_batch"),
         "current_plan": pointer or None,
         "tables": tables,
         "log_path": st["log_path"],

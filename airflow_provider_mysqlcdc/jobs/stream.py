@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-events-per-trigger", type=int, default=200_000)
     p.add_argument("--max-bytes-per-trigger", type=int, default=32 * 1024 * 1024)
     p.add_argument("--readers", type=int, default=None)
+    p.add_argument("--max-inline-bytes", type=int, default=None,
+                   help="change-block bytes per micro-batch sent to the driver; the rest is staged (default 32 MiB)")
+    p.add_argument("--apply-memory-mb", type=int, default=512,
+                   help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
+    p.add_argument("--scratch-dir", default=None, help="local scratch space of the driver (default: system temp)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
@@ -40,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
     from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder
+    from airflow_provider_mysqlcdc.stream.failure import explain_stream_failure
     from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
 
     store = StateStore(args.state_root, args.pipeline_id)
@@ -53,8 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     settings = ConnectionSettings.from_dict(json.loads(raw))
     spark = None
+    driver_memory = None
     try:
         spark = build_spark_session(f"mysqlcdc-stream-{args.pipeline_id}", master=None)
+        driver_memory = spark.sparkContext.getConf().get("spark.driver.memory", "1g")
         run_stream(
             spark,
             settings,
@@ -65,17 +73,24 @@ def main(argv: list[str] | None = None) -> int:
                 max_events_per_trigger=args.max_events_per_trigger,
                 max_bytes_per_trigger=args.max_bytes_per_trigger,
                 readers=args.readers,
+                max_inline_bytes=args.max_inline_bytes,
+                apply_memory_mb=args.apply_memory_mb,
+                scratch_dir=args.scratch_dir,
             ),
             recorder=recorder,
         )
     except Exception as exc:  # the message of a failed stream is what the operator shows
-        if recorder.record.get("state") != "failed":
-            recorder.write(state="failed", error=str(exc))
-        print(f"error: {exc}", flush=True)
+        msg = explain_stream_failure(exc, store, driver_memory)
+        if recorder.record.get("state") != "failed" or msg != str(exc):
+            recorder.write(state="failed", error=msg)
+        print(f"error: {msg}", flush=True)
         return 1
     finally:
         if spark is not None:
-            spark.stop()
+            try:
+                spark.stop()
+            except Exception:  # the JVM is already gone (the failure above says why)
+                pass
     print("MYSQLCDC_RESULT " + json.dumps({"stopped": True, "run_id": recorder.run_id}), flush=True)
     return 0
 

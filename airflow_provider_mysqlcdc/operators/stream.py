@@ -31,6 +31,10 @@ class MySqlCdcStreamOperator(BaseOperator):
     stream already runs and nothing was added, it is left alone (re-triggering the DAG is safe).
     The default trigger rule is ``none_failed``: a run that snapshots nothing (zero mapped tasks)
     still (re)starts the stream.
+
+    A transaction of any size is applied in bounded memory (README "Large transactions"):
+    ``driver_memory`` sizes the stream driver's JVM, ``apply_memory_mb`` (default 512) what its
+    Python may use to fold one table's changes of a micro-batch before it spills to local disk.
     """
 
     template_fields: Sequence[str] = (
@@ -67,6 +71,7 @@ class MySqlCdcStreamOperator(BaseOperator):
         trigger_seconds: float = 1.0,
         readers: int | None = None,
         max_bytes_per_trigger: int | None = None,
+        apply_memory_mb: int | None = None,
         start_timeout: float = 300.0,
         stop_timeout: float = 300.0,
         verbose: bool = False,
@@ -91,6 +96,7 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.trigger_seconds = trigger_seconds
         self.readers = readers
         self.max_bytes_per_trigger = max_bytes_per_trigger
+        self.apply_memory_mb = apply_memory_mb
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.verbose = verbose
@@ -176,6 +182,8 @@ class MySqlCdcStreamOperator(BaseOperator):
             args += ["--readers", str(int(self.readers))]
         if self.max_bytes_per_trigger:
             args += ["--max-bytes-per-trigger", str(int(self.max_bytes_per_trigger))]
+        if self.apply_memory_mb:
+            args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
         self._hook = build_hook(
             conn_id=self.spark_conn_id,
             settings=hook.settings,

@@ -30,6 +30,7 @@ RUN = "stream/run.json"
 STOP_REQUEST = "stream/stop-request.json"
 HANDLE = "stream/handle.json"
 STATUS = "stream/status.json"
+STAGED = "stream/staged"  # change blocks of large batches, on their way from the tasks to the driver
 SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and must follow
 CHECKPOINT = "checkpoint"
 HEARTBEAT_SECONDS = 5.0
@@ -103,6 +104,10 @@ def stream_state(store: StateStore) -> dict[str, Any]:
         reason = f"no heartbeat for {age:.0f}s (the driver died without recording it)"
     if running and run.get("host") == socket.gethostname() and run.get("pid") and not _pid_alive(int(run["pid"])):
         running, reason = False, f"driver process {run['pid']} on this host is gone"
+    if reason:
+        from airflow_provider_mysqlcdc.stream.failure import explain_lost_driver
+
+        reason = explain_lost_driver(reason, status)
     return {
         "running": running,
         "state": state if running or state not in LIVE_STATES else "lost",
@@ -113,7 +118,8 @@ def stream_state(store: StateStore) -> dict[str, Any]:
         "started_at": run.get("started_at"),
         "heartbeat_age_seconds": age,
         "committed_offset": run.get("committed_offset"),
-        "last_batch": status or None,
+        "last_batch": {k: v for k, v in status.items() if k != "current_batch"} or None,
+        "current_batch": status.get("current_batch"),
         "lag_seconds": status.get("lag_seconds"),
         "log_path": handle.get("log_path"),
         "launcher_pid": handle.get("launcher_pid"),
@@ -193,13 +199,32 @@ def checkpoint_offset(store: StateStore, manifest: dict[str, Any] | None = None)
     commits = [int(n) for n in store.list(f"{ckpt}/commits") if n.isdigit()]
     if not commits:
         return None
-    batch = max(commits)
+    return _logged_end_offset(store, ckpt, max(commits))
+
+
+def batch_offsets(
+    store: StateStore, manifest: dict[str, Any], batch_id: int
+) -> tuple[BinlogOffset, BinlogOffset] | None:
+    """``(start, end)`` of micro-batch ``batch_id`` from the checkpoint's offset log (Spark writes
+    it before the batch runs); None if the log does not have it."""
+    ckpt = checkpoint_dir(store, manifest)
+    try:
+        end = _logged_end_offset(store, ckpt, batch_id)
+        if batch_id > 0 and store.exists(f"{ckpt}/offsets/{batch_id - 1}"):
+            start = _logged_end_offset(store, ckpt, batch_id - 1)
+        else:
+            start = BinlogOffset.from_dict(manifest["start_offset"])
+    except (OSError, ValueError, KeyError):
+        return None
+    return start, end
+
+
+def _logged_end_offset(store: StateStore, ckpt: str, batch: int) -> BinlogOffset:
     with store.fs.open(store.path(f"{ckpt}/offsets/{batch}"), "r") as f:
         lines = [ln.strip() for ln in f.read().splitlines() if ln.strip()]
     if len(lines) < 3:
         raise ValueError(f"unexpected checkpoint offsets file for batch {batch}: {lines!r}")
     return BinlogOffset.from_dict(json.loads(lines[2]))
-
 
 
 def watch_condition(

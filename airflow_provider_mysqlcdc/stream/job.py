@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -25,20 +28,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
+from airflow_provider_mysqlcdc.cdc.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.cdc.change_block import decode_blocks, fold_block
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.schema import TableSchema
 from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.control import (
     MANIFEST,
     SCHEMA_CHANGE,
+    STAGED,
     STATUS,
     StreamRunRecorder,
     checkpoint_dir,
 )
 from airflow_provider_mysqlcdc.stream.manifest import table_schemas_from_manifest
+from airflow_provider_mysqlcdc.stream.staged_blocks import clear_staging, read_staged_blocks, remove_batch
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +54,27 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class StreamOptions:
+    """How the stream reads and applies; README "Large transactions" documents the memory ones."""
+
     trigger_seconds: float = 1.0
     max_events_per_trigger: int | None = 200_000  # binlog EVENTS (a rows event holds many rows)
     # Binlog bytes per micro-batch: bounds what a batch brings to the driver (the fold and MERGE run
     # there). Without it, 1,000-row transactions make 200k events ~5M rows: an OOM on a 1g driver.
+    # A single transaction above the cap still forms one batch: see max_inline_bytes.
     max_bytes_per_trigger: int | None = 32 * 1024 * 1024
     readers: int | None = None  # parallel binlog decoders per micro-batch; None = Spark's cores
+    # Change blocks per micro-batch sent through Spark to the driver (shared by its tasks); the rest
+    # is staged in the state store (stream/staged_blocks.py). None = the source's default (32 MiB).
+    max_inline_bytes: int | None = None
+    # Memory the driver's Python may use to fold and match ONE table's changes of a batch; a batch
+    # whose blocks need more is folded in hash buckets spilled to scratch_dir (cdc/bucketed_fold.py)
+    # and applied by a bounded copy-on-write rewrite in one commit (sinks/delta_rewrite.py).
+    apply_memory_mb: int = 512
+    scratch_dir: str | None = None  # local scratch space of the driver; None = the system temp dir
+
+    def __post_init__(self) -> None:
+        if self.apply_memory_mb < 16:
+            raise ValueError(f"apply_memory_mb must be at least 16, got {self.apply_memory_mb}")
 
     def source_options(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -61,6 +84,8 @@ class StreamOptions:
             out["max_bytes_per_trigger"] = str(self.max_bytes_per_trigger)
         if self.readers:
             out["readers"] = str(self.readers)
+        if self.max_inline_bytes is not None:
+            out["max_inline_bytes"] = str(self.max_inline_bytes)
         return out
 
 
@@ -69,11 +94,27 @@ def app_id(pipeline_id: str) -> str:
 
 
 class BatchApplier:
-    """``foreachBatch`` body: decode, fold per table, MERGE into Delta idempotently, report status."""
+    """``foreachBatch`` body: decode, fold per table, MERGE into Delta idempotently, report status.
 
-    def __init__(self, store: StateStore, sink: DeltaSink, manifest: dict[str, Any]):
+    A table's changes of one batch are applied in memory (fold + one delta-rs MERGE) when they are
+    small, and in bounded memory (bucketed fold + copy-on-write rewrite, one commit) when a task
+    staged them or they would need more than ``apply_memory_mb`` to fold: a transaction of any size
+    applies without the driver holding it.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        sink: DeltaSink,
+        manifest: dict[str, Any],
+        options: StreamOptions | None = None,
+        staging: str | None = None,
+    ):
         self.store = store
         self.sink = sink
+        self.manifest = manifest
+        self.options = options or StreamOptions()
+        self.staging = staging
         self.schemas = table_schemas_from_manifest(manifest)
         self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
         self.pks = {t: list(s.primary_key) for t, s in self.schemas.items()}
@@ -84,20 +125,27 @@ class BatchApplier:
         }
         self.app_id = manifest.get("app_id") or app_id(store.pipeline_id)
         self.batches = 0
+        # what the status file says between batches; a large batch's progress is written on top of it
+        last = store.read_json(STATUS) or {}
+        self.last_status: dict[str, Any] = {k: v for k, v in last.items() if k != "current_batch"}
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         t0 = time.monotonic()
-        data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
-        self.apply_arrow(data, batch_id, t0)
+        with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
+            data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
+            self.apply_arrow(data, batch_id, t0, progress)
 
-    def apply_arrow(self, data: pa.Table, batch_id: int, t0: float | None = None) -> dict[str, int]:
+    def apply_arrow(
+        self, data: pa.Table, batch_id: int, t0: float | None = None, progress: BatchProgress | None = None
+    ) -> dict[str, int]:
         """Apply one micro-batch (``mysql_binlog`` output: change blocks) to the Delta tables.
 
         Per table the blocks are decoded and folded with Arrow kernels (``cdc/change_block.py``)
-        into upserts and delete keys, then applied as one MERGE tagged ``(app_id, batch_id)``.
+        into upserts and delete keys, then applied as one commit tagged ``(app_id, batch_id)``.
         """
         t0 = t0 if t0 is not None else time.monotonic()
         blobs: dict[str, list[bytes]] = defaultdict(list)
+        staged: dict[str, list[dict[str, Any]]] = defaultdict(list)
         counts: dict[str, int] = defaultdict(int)
         last_event: BinlogOffset | None = None
         last_commit_ts = 0
@@ -116,16 +164,27 @@ class BatchApplier:
             block_col = data.column("block")
             for i, r in enumerate(meta):
                 t = r["tbl"]
-                if r["kind"] != "rows" or t not in self.arrow:
+                if r["kind"] not in ("rows", "staged") or t not in self.arrow:
                     continue
-                blobs[t].append(block_col[i].as_py())
+                if r["kind"] == "rows":
+                    blobs[t].append(block_col[i].as_py())
+                else:
+                    staged[t].append(json.loads(r["info"]))
                 counts[t] += int(r["rows"])
                 at = BinlogOffset(r["file"], int(r["pos"]))
                 if last_event is None or at > last_event:
                     last_event = at
                 last_commit_ts = max(last_commit_ts, int(r["commit_ts"] or 0))
-        for t, parts in blobs.items():
-            block = decode_blocks(parts)
+        if progress is not None:
+            progress.phase("applying", rows_decoded=sum(counts.values()))
+        memory = self.options.apply_memory_mb << 20
+        bounded: dict[str, dict[str, Any]] = {}
+        for t in sorted(set(blobs) | set(staged)):
+            nbytes = sum(len(b) for b in blobs[t]) + sum(int(f["bytes"]) for f in staged[t])
+            if staged[t] or nbytes * FOLD_MEMORY_FACTOR > memory:
+                bounded[t] = self._apply_bounded(t, blobs[t], staged[t], nbytes, batch_id, progress)
+                continue
+            block = decode_blocks(blobs[t])
             if block is None:
                 continue
             upserts, delete_keys = fold_block(block, self.pks[t])
@@ -140,10 +199,67 @@ class BatchApplier:
             "updated_at": time.time(),
             "seconds": round(time.monotonic() - t0, 3),
         }
+        if bounded:
+            status["bounded_apply"] = bounded
+        if progress is not None and progress.announced:
+            snap = progress.snapshot()
+            status["large_batch"] = {k: v for k, v in snap.items() if k in ("start", "end", "binlog_bytes")}
         self.store.write_json(STATUS, status)
+        self.last_status = status
+        if self.staging:  # the batch's staged blocks and progress files are never read again
+            done = {f["path"].rsplit("/", 2)[-2] for fs in staged.values() for f in fs}
+            if progress is not None and progress.announced and progress.snapshot().get("key"):
+                done.add(progress.snapshot()["key"])
+            for key in done:
+                remove_batch(self.staging, key)
         log.info("batch %d: %s rows %s, lag %ss, %.2fs", batch_id, status["rows"], dict(counts), lag, status["seconds"])
         self.batches += 1
         return dict(counts)
+
+    def _apply_bounded(
+        self,
+        table: str,
+        blobs: list[bytes],
+        staged: list[dict[str, Any]],
+        nbytes: int,
+        batch_id: int,
+        progress: BatchProgress | None,
+    ) -> dict[str, Any]:
+        """Fold ``table``'s changes in hash buckets on local scratch space and apply them as one commit."""
+        memory = self.options.apply_memory_mb << 20
+        buckets = buckets_for(nbytes, memory)
+        pk = self.pks[table]
+        log.info("batch %d: %s: %.1f MiB of changes (%d staged files): folding in %d bucket(s) within %d MiB",
+                 batch_id, table, nbytes / 2**20, len(staged), buckets, self.options.apply_memory_mb)  # fmt: skip
+        prefix = f"mysqlcdc-{self.store.pipeline_id}-b{batch_id}-"
+        if self.options.scratch_dir:
+            os.makedirs(self.options.scratch_dir, exist_ok=True)
+        workdir = tempfile.mkdtemp(prefix=prefix, dir=self.options.scratch_dir)
+        fold = BucketedFold(pk, buckets, os.path.join(workdir, "fold"))
+        throttle = _Throttle(5.0)
+
+        def report(phase: str, details: dict[str, Any]) -> None:
+            if progress is not None:
+                progress.phase(phase, table=table, **details)
+            if throttle.due():
+                log.info("batch %d: %s: %s %s", batch_id, table, phase, details)
+
+        try:
+            for blob in blobs:
+                fold.add(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
+            for f in staged:
+                for block in read_staged_blocks(f["path"]):
+                    fold.add(block)
+                    report("collecting", {"changes_collected": fold.changes})
+            result = apply_folded_changes(self.sink, table, fold.buckets(), pk, self.app_id, batch_id,
+                                          workdir=os.path.join(workdir, "keys"), memory_bytes=memory,
+                                          progress=report)  # fmt: skip
+        finally:
+            fold.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+        out = {**result.to_dict(), "buckets": buckets, "change_bytes": nbytes, "changes": fold.changes}
+        log.info("batch %d: %s applied in bounded memory: %s", batch_id, table, out)
+        return out
 
     def _check_ddl(self, data: pa.Table, batch_id: int) -> None:
         """Stop the batch before anything is applied if it holds a DDL the stream has not followed.
@@ -167,6 +283,19 @@ class BatchApplier:
             self.store.write_json(SCHEMA_CHANGE, {"batch_id": batch_id, "changes": pending, "at": time.time()})
             what = [f"{c['kind'].upper()} of {c['table']} at {BinlogOffset.from_dict(c['offset'])}" for c in pending]
             raise SchemaChangeReached("; ".join(what))
+
+
+class _Throttle:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._last = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last >= self.seconds:
+            self._last = now
+            return True
+        return False
 
 
 class SchemaChangeReached(RuntimeError):
@@ -285,14 +414,17 @@ def start_stream(
             "the stream operator (which builds the manifest) first"
         )
     register(spark)
+    staging = store.url(STAGED)
+    clear_staging(staging)  # no batch runs yet: whatever is staged belongs to a batch that will be replayed
     reader = (
         spark.readStream.format("mysql_binlog")
         .option("source", json.dumps(settings.to_dict()))
         .option("manifest", store.url(MANIFEST))
+        .option("staging", staging)
     )
     for k, v in opts.source_options().items():
         reader = reader.option(k, v)
-    applier = BatchApplier(store, sink, manifest)
+    applier = BatchApplier(store, sink, manifest, opts, staging)
     query = (
         reader.load()
         .writeStream.queryName(f"mysqlcdc-{store.pipeline_id}")

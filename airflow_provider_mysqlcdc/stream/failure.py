@@ -1,0 +1,102 @@
+"""Why a stream died, in words that name the batch and the setting to change.
+
+When Spark's driver JVM exits (``-XX:+ExitOnOutOfMemoryError``, the OOM killer, a ``kill -9``),
+the Python side of the driver only sees its gateway socket refuse connections: a status saying
+``[Errno 111] Connection refused`` tells an operator nothing. The running batch's offsets and
+phase are in ``stream/status.json`` (``stream/batch_progress.py`` keeps them there while a batch
+is large), so the failure can say which batch killed the stream and what to raise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import STATUS
+
+_JVM_GONE_TEXT = (
+    "connection refused",
+    "answer from java side is empty",
+    "error while sending or receiving",
+    "error while receiving",
+    "java gateway process exited",
+    "outofmemoryerror",
+)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in out:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def jvm_gone(exc: BaseException) -> bool:
+    """Does ``exc`` say the driver JVM went away (rather than a query error)?"""
+    for e in _chain(exc):
+        if isinstance(e, ConnectionRefusedError | ConnectionResetError | BrokenPipeError):
+            return True
+        if type(e).__name__ == "Py4JNetworkError":
+            return True
+        text = str(e).lower()
+        if any(t in text for t in _JVM_GONE_TEXT):
+            return True
+    return False
+
+
+def describe_batch(batch: dict[str, Any] | None) -> str:
+    """``batch 7 (mysql-bin.000003:4 -> mysql-bin.000003:9004, 300.0 MiB of binlog, ...)``."""
+    if not batch:
+        return "between micro-batches"
+    parts = []
+    if batch.get("start") and batch.get("end"):
+        s, e = batch["start"], batch["end"]
+        parts.append(f"{s['file']}:{s['pos']} -> {e['file']}:{e['pos']}")
+    if batch.get("binlog_bytes") is not None:
+        parts.append(f"{batch['binlog_bytes'] / 2**20:.1f} MiB of binlog")
+    if batch.get("rows_decoded"):
+        parts.append(f"{batch['rows_decoded']:,} rows decoded")
+    if batch.get("phase"):
+        parts.append(f"phase {batch['phase']}")
+    return f"batch {batch.get('batch_id')} ({', '.join(parts)})"
+
+
+def explain_stream_failure(exc: BaseException, store: StateStore, driver_memory: str | None = None) -> str:
+    """The error a failed stream records in its run record (``mysqlcdc status`` shows it)."""
+    chain = _chain(exc)
+    current = (store.read_json(STATUS) or {}).get("current_batch")
+    where = describe_batch(current)
+    if any(isinstance(e, MemoryError) for e in chain):
+        return (
+            f"the stream's driver (Python) ran out of memory in {where}: lower apply_memory_mb (the memory it may "
+            "use to fold one table's changes; --apply-memory-mb / StreamOptions.apply_memory_mb) or give the "
+            "driver's machine or container more memory. The stream restarts from its checkpoint; nothing was lost"
+        )
+    if not jvm_gone(exc):
+        return str(exc)
+    mem = f" (now {driver_memory})" if driver_memory else ""
+    return (
+        f"the Spark driver JVM went away in {where}: most likely it ran out of memory (look for 'OutOfMemoryError' "
+        "in the driver log) or it was killed. Raise the driver memory"
+        f"{mem}: driver_memory= on MySqlCdcStreamOperator, spark-submit --driver-memory, or spark.driver.memory. "
+        "If it keeps dying on the same batch, lower max_inline_bytes (--max-inline-bytes: task output beyond it is "
+        "staged instead of sent to the driver) or max_bytes_per_trigger. The stream restarts from its checkpoint; "
+        f"nothing was lost ({type(exc).__name__}: {str(exc)[:200]})"
+    )
+
+
+def explain_lost_driver(reason: str, status: dict[str, Any] | None) -> str:
+    """``stream_state``'s reason for a driver that vanished, with the batch it was running."""
+    current = (status or {}).get("current_batch")
+    if not current:
+        return reason
+    return (
+        f"{reason} while running {describe_batch(current)}: if the system killed it for memory (dmesg: 'Out of "
+        "memory: Killed process'), lower apply_memory_mb or give the driver more memory; the stream restarts "
+        "from its checkpoint"
+    )
+
+
+__all__ = ["describe_batch", "explain_lost_driver", "explain_stream_failure", "jvm_gone"]

@@ -1,0 +1,67 @@
+"""The words a dead stream leaves in its status: which batch, and what to change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, stream_state
+from airflow_provider_mysqlcdc.stream.failure import describe_batch, explain_stream_failure, jvm_gone
+
+BATCH: dict[str, Any] = {
+    "batch_id": 7,
+    "start": {"file": "mysql-bin.000003", "pos": 4},
+    "end": {"file": "mysql-bin.000003", "pos": 314_572_804},
+    "binlog_bytes": 314_572_800,
+    "phase": "decoding",
+    "rows_decoded": 412_000,
+}
+
+
+def _store(tmp_path: Any, current: dict[str, Any] | None) -> StateStore:
+    store = StateStore(str(tmp_path), "p")
+    store.write_json(STATUS, {"batch_id": 6, **({"current_batch": current} if current else {})})
+    return store
+
+
+def test_a_vanished_jvm_is_named_with_its_batch_and_the_memory_to_raise(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except ConnectionRefusedError as inner:
+            raise RuntimeError("the stream failed: [Errno 111] Connection refused") from inner
+    except RuntimeError as exc:
+        msg = explain_stream_failure(exc, _store(tmp_path, BATCH), driver_memory="1g")
+    assert "Spark driver JVM went away in batch 7" in msg
+    assert "mysql-bin.000003:4 -> mysql-bin.000003:314572804" in msg
+    assert "300.0 MiB of binlog" in msg and "412,000 rows decoded" in msg and "phase decoding" in msg
+    assert "driver_memory" in msg and "(now 1g)" in msg and "nothing was lost" in msg
+
+
+def test_python_out_of_memory_names_apply_memory_mb(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    msg = explain_stream_failure(MemoryError(), _store(tmp_path, {**BATCH, "phase": "folding"}))
+    assert "apply_memory_mb" in msg and "batch 7" in msg and "phase folding" in msg
+
+
+def test_other_errors_keep_their_own_message(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    exc = ValueError("the primary key of d.t changed")
+    assert explain_stream_failure(exc, _store(tmp_path, BATCH)) == "the primary key of d.t changed"
+    assert not jvm_gone(exc)
+    assert jvm_gone(RuntimeError("py4j: Answer from Java side is empty"))
+    assert describe_batch(None) == "between micro-batches"
+
+
+def test_a_driver_gone_mid_batch_says_which_batch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import subprocess
+    import time
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    store = _store(tmp_path, BATCH)
+    store.write_json(RUN, {"run_id": "r", "state": "running", "pid": dead.pid, "host": socket.gethostname(),
+                           "heartbeat_at": time.time()})  # fmt: skip
+    st = stream_state(store)
+    assert not st["running"] and st["state"] == "lost"
+    assert "is gone while running batch 7" in st["reason"] and "apply_memory_mb" in st["reason"]
+    assert st["current_batch"]["batch_id"] == 7 and st["last_batch"] == {"batch_id": 6}
