@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         "--reader", choices=("auto", "native", "jdbc"), default="auto",
         help="chunk reader: native Arrow reader where it reads the table exactly (auto), always, or Spark JDBC",
     )
+    p.add_argument("--window-memory-mb", type=int, default=512,
+                   help="memory for folding the group's binlog window; a larger window spills (default 512)")
+    p.add_argument("--scratch-dir", default=None, help="local scratch space (default: the system temp dir)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             args.plan_id,
             args.group_id,
             DeltaSink(args.sink_root),
-            SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size, reader=args.reader),
+            SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size, reader=args.reader,
+                            window_memory_mb=args.window_memory_mb, scratch_dir=args.scratch_dir),
         )
     except SnapshotError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -34,6 +34,8 @@ class MySqlCdcSnapshotOperator(BaseOperator):
     :param fetch_size: JDBC fetch size of the chunk reads
     :param reader: chunk reader: ``auto`` (default: the native Arrow reader, connectorx, where it
         reads the table exactly, else Spark JDBC), ``native`` (fail if it cannot) or ``jdbc``
+    :param window_memory_mb: memory the group may use to fold its binlog window; a window holding a
+        larger transaction is folded in buckets spilled to local disk (default 512)
     """
 
     template_fields: Sequence[str] = (
@@ -72,6 +74,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         py_files: str | None = None,
         fetch_size: int = 10_000,
         reader: str = "auto",
+        window_memory_mb: int = 512,
         verbose: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -95,6 +98,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
         self.py_files = py_files
         self.fetch_size = fetch_size
         self.reader = reader
+        self.window_memory_mb = window_memory_mb
         self.verbose = verbose
         self._hook: Any = None
 
@@ -121,6 +125,7 @@ class MySqlCdcSnapshotOperator(BaseOperator):
             "--sink-root", self.sink_root,
             "--fetch-size", str(int(self.fetch_size)),
             "--reader", str(self.reader),
+            "--window-memory-mb", str(int(self.window_memory_mb)),
         ]
         if skip_backfill:
             args.append("--skip-backfill")

@@ -36,19 +36,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.keys import KeyColumn, KeyOrder
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_bytes
 from airflow_provider_mysqlcdc.cdc.predicate import quote_ident, split_condition, sql_literal
 from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit, SplitLocator
 from airflow_provider_mysqlcdc.sinks.base import StagedFile
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.binlog_window import replay_window
 from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable, stage_chunks
 from airflow_provider_mysqlcdc.source import server as source_server
-from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
 from airflow_provider_mysqlcdc.source.checks import check_server
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.planner import SnapshotPlan
-from airflow_provider_mysqlcdc.source.rows_decoder import key_image_columns
 from airflow_provider_mysqlcdc.source.schema import SourceSchemaError, TableSchema, read_table_schema
 from airflow_provider_mysqlcdc.state import ChunkResult, StateStore
 
@@ -66,6 +65,10 @@ class SnapshotOptions:
     skip_backfill: bool = False  # HW = LW, no window replay: faster, at-least-once (like Flink CDC)
     fetch_size: int = 10_000
     rewrite_threads: int = 2
+    # Memory for folding the binlog window and matching its keys; a window holding a huge
+    # transaction is folded in buckets spilled to scratch_dir (snapshot/binlog_window.py).
+    window_memory_mb: int = 512
+    scratch_dir: str | None = None  # local scratch space; None = the system temp dir
     # Chunk reader: "auto" = the native Arrow reader where it can read the table exactly (see
     # snapshot/native_reader.py), else Spark JDBC; "native" = fail if it cannot; "jdbc" = always JDBC.
     reader: str = "auto"
@@ -122,7 +125,6 @@ class _TableWork:
     arrow_schema: pa.Schema
     splits: list[SnapshotSplit]  # this group's chunks of the table
     locator: SplitLocator  # over ALL chunks of the table (keys may move to other groups' chunks)
-    pk_order: KeyOrder
     pk_cols: list[str]
     chunk_cols: list[str]
     staging: str = ""
@@ -212,13 +214,20 @@ def run_snapshot_group(
         high = low if opts.skip_backfill else source_server.current_offset(conn, info)
         log.info("group %s: high watermark %s", group_key, high)
         _check_unchanged(conn, work, plan_id)
+        window_bytes = binlog_bytes(source_server.binlog_files(conn), low, high) if high > low else 0
     finally:
         conn.close()
 
     window_changes = 0
     warm.join()
     if high > low:
-        window_changes = _replay_window(settings, low, high, work, plan, opts)
+        try:
+            window_changes = replay_window(
+                settings, low, high, work, window_bytes=window_bytes, memory_bytes=opts.window_memory_mb << 20,
+                scratch_dir=opts.scratch_dir, threads=opts.rewrite_threads,
+            )
+        except Exception as exc:
+            raise SnapshotError(_explain_binlog_error(exc)) from exc
 
     rows_total = 0
     chunk_results: list[ChunkResult] = []
@@ -295,7 +304,6 @@ def _prepare(
             arrow_schema=arrow_schema,
             splits=[s for s in splits if s.table == table],
             locator=SplitLocator(all_splits, plan.collations),
-            pk_order=KeyOrder(pk_key_cols, plan.collations),
             pk_cols=[c.name for c in pk_key_cols],
             chunk_cols=all_splits[0].key_names,
         )
@@ -470,91 +478,6 @@ def _collect_staged(staging: str, splits: list[SnapshotSplit]) -> dict[int, Stag
     return out
 
 
-# --------------------------------------------------------------------------- binlog window
-_DELETE = object()
-
-
-def _replay_window(
-    settings: ConnectionSettings,
-    low: BinlogOffset,
-    high: BinlogOffset,
-    work: list[_TableWork],
-    plan: SnapshotPlan,
-    opts: SnapshotOptions,
-) -> int:
-    """Read ``[low, high)`` once for the group's tables and apply it to the staged chunk files.
-
-    Per table: the exact PK value of every image (a staged row with one of those keys is stale:
-    the SELECT saw one of those versions, whatever the collation says about case or trailing
-    spaces), the chunks any image touched, and the last after-image of every key folded in the
-    database's key order (under a case-insensitive collation 'abc' -> 'ABC' is one row).
-    """
-    by_table = {w.table: w for w in work}
-    converters = {w.table: cdc_types.binlog_row_converter(w.schema) for w in work}
-    final: dict[str, dict[Any, Any]] = {t: {} for t in by_table}
-    exact: dict[str, set[tuple[Any, ...]]] = {t: set() for t in by_table}
-    touched: dict[str, set[int]] = {t: set() for t in by_table}
-    group_ids = {t: {s.split_id for s in w.splits} for t, w in by_table.items()}
-    n = 0
-    alloc = ServerIdAllocator(settings.server_id_range)
-    reader = BinlogRangeReader(
-        settings,
-        low,
-        high,
-        tables=list(by_table),
-        server_id=alloc.next(),
-        convert=lambda t, values, none_sources: converters[t](values, none_sources),
-        # The generated decoder (library fallback per table map); before images need the keys only.
-        schemas={t: w.schema for t, w in by_table.items()},
-        key_columns={t: key_image_columns(w.pk_cols, w.chunk_cols) for t, w in by_table.items()},
-    )
-    try:
-        for ch in reader:
-            w = by_table.get(ch.table)
-            if w is None:
-                continue
-            n += 1
-            before, after = ch.before, ch.after
-            fin, tch, ex = final[ch.table], touched[ch.table], exact[ch.table]
-            if before is not None:
-                key = tuple(before[c] for c in w.pk_cols)
-                ex.add(key)
-                fin[w.pk_order.sort_key(key)] = _DELETE
-                tch.add(w.locator.locate([before[c] for c in w.chunk_cols]).split_id)
-            if after is not None:
-                key = tuple(after[c] for c in w.pk_cols)
-                ex.add(key)
-                fin[w.pk_order.sort_key(key)] = after
-                tch.add(w.locator.locate([after[c] for c in w.chunk_cols]).split_id)
-    except Exception as exc:
-        raise SnapshotError(_explain_binlog_error(exc)) from exc
-    finally:
-        reader.close()
-    log.info("binlog window %s..%s: %d changes to the group's tables", low, high, n)
-
-    jobs = []
-    for t, w in by_table.items():
-        if not final[t]:
-            continue
-        # Upserts per chunk of this group; keys that land in other groups' chunks are theirs.
-        adds: dict[int, list[dict[str, Any]]] = {}
-        for row in final[t].values():
-            if row is _DELETE:
-                continue
-            sid = w.locator.locate([row[c] for c in w.chunk_cols]).split_id
-            if sid in group_ids[t]:
-                adds.setdefault(sid, []).append(row)
-        fields = [w.arrow_schema.field(c) for c in w.pk_cols]
-        stale = pa.table(
-            {f.name: pa.array([k[i] for k in exact[t]], type=f.type) for i, f in enumerate(fields)}
-        )
-        for sid in sorted(touched[t] & group_ids[t]):
-            jobs.append((w, sid, adds.get(sid, []), stale))
-    with ThreadPoolExecutor(max_workers=max(1, opts.rewrite_threads)) as pool:
-        list(pool.map(lambda j: _rewrite_chunk(*j), jobs))
-    return n
-
-
 def _explain_binlog_error(exc: Exception) -> str:
     text = str(exc)
     if "1227" in text or "REPLICATION SLAVE" in text.upper() or "Access denied" in text:
@@ -563,33 +486,3 @@ def _explain_binlog_error(exc: Exception) -> str:
             f"TO <cdc user> ({text[:200]})"
         )
     return f"reading the binlog window failed: {text[:500]}"
-
-
-def _rewrite_chunk(w: _TableWork, split_id: int, adds: list[dict[str, Any]], stale: pa.Table) -> None:
-    """Replace a staged chunk file by its state as of HW: drop stale keys, add their last images.
-
-    The anti-join on exact key values is vectorised (a set lookup for one key column, Arrow's hash
-    join for a composite key), whatever the key type.
-    """
-    old = w.files.get(split_id)
-    parts: list[pa.Table] = []
-    if old is not None:
-        staged = pq.read_table(old.path).cast(w.arrow_schema)
-        if not stale.num_rows:
-            kept = staged
-        elif len(w.pk_cols) == 1:  # a set lookup: no hash-join engine to start (~0.1 s cold, per process)
-            col = w.pk_cols[0]
-            kept = staged.filter(pc.invert(pc.is_in(staged[col], value_set=stale[col])))
-        else:
-            kept = staged.join(stale, keys=w.pk_cols, join_type="left anti")
-        parts.append(kept.select(w.arrow_schema.names))
-    if adds:
-        parts.append(cdc_types.rows_to_arrow(adds, w.schema).select(w.arrow_schema.names))
-    new_table = pa.concat_tables([p.cast(w.arrow_schema) for p in parts]) if parts else w.arrow_schema.empty_table()
-    path = f"{_local(w.staging)}/chunk-{split_id:06d}-{uuid.uuid4().hex[:8]}.parquet"
-    # Dictionary encoding halves the rewrite's speed for the high-cardinality columns snapshot
-    # tables are made of (measured: 125k rows, 0.088 s -> 0.048 s, and a smaller file here).
-    pq.write_table(new_table, path, use_dictionary=False)
-    if old is not None:
-        os.remove(old.path)
-    w.files[split_id] = StagedFile(path, new_table.num_rows, os.path.getsize(path), [split_id])

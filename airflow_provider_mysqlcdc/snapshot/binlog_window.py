@@ -1,0 +1,200 @@
+"""Replay a split group's binlog window ``[LW, HW)`` onto its staged chunk files, in bounded memory.
+
+Step 4 of the watermark bracket (``snapshot/group.py``): the rows the group staged were read at
+some point between LW and HW, so every key the window touches may be stale in them. Per table:
+
+1. the window's changes are decoded once (the stream's reader and decoder, key-only before
+   images) into change blocks and folded by key (``cdc/bucketed_fold.py``): the last image of
+   every touched key, or its deletion. A window holding a huge transaction is folded in hash
+   buckets spilled to local scratch files, so memory stays within ``memory_bytes``;
+2. every touched key is stale: a staged row with one of those exact key values is dropped (the
+   SELECT saw one of its versions, whatever the collation says about case or trailing spaces) —
+   the changed keys spill too and are matched pass by pass (``cdc/changed_keys.py``);
+3. each last after-image is placed into its chunk in the database's own key order
+   (:class:`~cdc.split.SplitLocator`); only chunks of this group take it, the others are other
+   groups' business;
+4. every chunk with a dropped row or a new image is rewritten, streamed row group by row group.
+
+Every chunk of the group then holds its rows as of HW.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.cdc import types as cdc_types
+from airflow_provider_mysqlcdc.cdc.bucketed_fold import BucketedFold, buckets_for
+from airflow_provider_mysqlcdc.cdc.change_block import BlockBuilder, block_schema
+from airflow_provider_mysqlcdc.cdc.changed_keys import ChangedKeys, match_files
+from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.sinks.base import StagedFile
+from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
+from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.source.rows_decoder import key_image_columns
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.snapshot.group import _TableWork
+
+log = logging.getLogger(__name__)
+
+BLOCK_ROWS = 8192
+READ_BATCH_ROWS = 65_536
+
+
+def replay_window(
+    settings: ConnectionSettings,
+    low: BinlogOffset,
+    high: BinlogOffset,
+    work: Sequence[_TableWork],
+    *,
+    window_bytes: int,
+    memory_bytes: int,
+    scratch_dir: str | None = None,
+    threads: int = 2,
+) -> int:
+    """Apply ``[low, high)`` to the group's staged files (``w.files`` of each table is updated).
+
+    ``window_bytes`` (the binlog bytes of the window) sizes the fold's buckets; ``threads`` chunk
+    files are matched and rewritten at once. Returns the number of changes to the group's tables in
+    the window.
+    """
+    by_table = {w.table: w for w in work}
+    if scratch_dir:
+        os.makedirs(scratch_dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="mysqlcdc-window-", dir=scratch_dir)
+    buckets = buckets_for(window_bytes, memory_bytes)
+    if buckets > 1:
+        log.info("binlog window %s..%s: %.1f MiB of binlog, folded in %d buckets within %d MiB", low, high,
+                 window_bytes / 2**20, buckets, memory_bytes >> 20)  # fmt: skip
+    folds = {t: BucketedFold(w.pk_cols, buckets, os.path.join(workdir, f"fold-{i}"))
+             for i, (t, w) in enumerate(by_table.items())}  # fmt: skip
+    before_cols = {t: key_image_columns(w.pk_cols, w.chunk_cols) for t, w in by_table.items()}
+    builders = {t: BlockBuilder(block_schema(w.arrow_schema, before_cols[t])) for t, w in by_table.items()}
+    converters = {t: cdc_types.binlog_row_converter(w.schema) for t, w in by_table.items()}
+    n = 0
+    try:
+        reader = BinlogRangeReader(
+            settings, low, high, tables=list(by_table), server_id=ServerIdAllocator(settings.server_id_range).next(),
+            convert=lambda t, values, none_sources: converters[t](values, none_sources),
+            # The generated decoder (library fallback per table map); before images need the keys only.
+            schemas={t: w.schema for t, w in by_table.items()}, key_columns=before_cols,
+        )  # fmt: skip
+        try:
+            for ch in reader:
+                b = builders.get(ch.table)
+                if b is None:
+                    continue
+                tx = ch.tx_offset
+                b.add(ch.op, tx.file, tx.pos, ch.event_pos[0], ch.event_pos[1], ch.row_index, n, int(ch.commit_ts),
+                      ch.before, ch.after)  # fmt: skip
+                n += 1
+                if len(b) >= BLOCK_ROWS:
+                    folds[ch.table].add(b.build())
+        finally:
+            reader.close()
+        for t, b in builders.items():
+            if len(b):
+                folds[t].add(b.build())
+        log.info("binlog window %s..%s: %d changes to the group's tables", low, high, n)
+        for t, w in by_table.items():
+            if folds[t].changes:
+                _apply_to_chunks(w, folds[t], os.path.join(workdir, f"apply-{t}"), memory_bytes, threads)
+    finally:
+        for f in folds.values():
+            f.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return n
+
+
+def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_bytes: int, threads: int) -> None:
+    os.makedirs(workdir, exist_ok=True)
+    group_ids = {s.split_id for s in w.splits}
+    key_schema = pa.schema([w.arrow_schema.field(c) for c in w.pk_cols])
+    keys = ChangedKeys(key_schema, os.path.join(workdir, "keys"), max(1, memory_bytes // 2))
+    adds: dict[int, tuple[Any, pa.ipc.RecordBatchFileWriter]] = {}  # split -> (sink, writer) of its new images
+    added = dict.fromkeys(group_ids, 0)
+    try:
+        for fb in fold.buckets():
+            keys.add(fb.changed_keys(key_schema))
+            up = fb.upserts
+            if not up.num_rows:
+                continue
+            up = up.select(w.arrow_schema.names).cast(w.arrow_schema)
+            sids = np.fromiter(
+                (w.locator.locate(list(r.values())).split_id for r in up.select(w.chunk_cols).to_pylist()),
+                dtype=np.int64, count=up.num_rows,
+            )  # fmt: skip
+            for sid in np.unique(sids):
+                if int(sid) not in group_ids:
+                    continue  # a key now in another group's chunk: that group's window places it
+                part = up.filter(pa.array(sids == sid))
+                if int(sid) not in adds:
+                    sink = pa.OSFile(os.path.join(workdir, f"adds-{int(sid)}.arrow"), "wb")
+                    adds[int(sid)] = (sink, pa.ipc.new_file(sink, w.arrow_schema))
+                adds[int(sid)][1].write_table(part)
+                added[int(sid)] += part.num_rows
+    finally:
+        for sink, writer in adds.values():
+            writer.close()
+            sink.close()
+    stale: dict[int, np.ndarray] = {}
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+        for group in keys.passes():
+            files = [(sid, lambda f=f: pq.read_table(f.path, columns=w.pk_cols)) for sid, f in w.files.items()]
+            for sid, hit in match_files(files, group.combine_chunks(), w.pk_cols, max(1 << 20, keys.budget // 2)):
+                if hit.any():
+                    stale[sid] = stale[sid] | hit if sid in stale else hit
+        todo = sorted(set(stale) | {s for s, k in added.items() if k})
+        jobs = [(sid, stale.get(sid), os.path.join(workdir, f"adds-{sid}.arrow") if added[sid] else None)
+                for sid in todo]  # fmt: skip
+        new_files = list(pool.map(lambda j: _rewrite_chunk(w, *j), jobs))
+    for sid, f in zip(todo, new_files, strict=True):
+        w.files[sid] = f
+
+
+def _rewrite_chunk(w: _TableWork, split_id: int, drop: np.ndarray | None, adds_path: str | None) -> StagedFile:
+    """Replace a staged chunk file by its state as of HW: without its stale rows, with its new images."""
+    old = w.files.get(split_id)
+    path = f"{_local(w.staging)}/chunk-{split_id:06d}-{uuid.uuid4().hex[:8]}.parquet"
+    rows = 0
+    # Dictionary encoding halves the rewrite's speed for the high-cardinality columns snapshot
+    # tables are made of (bench/RESULTS.md), so it is off.
+    with pq.ParquetWriter(path, w.arrow_schema, use_dictionary=False) as out:
+        if old is not None:
+            offset = 0
+            for batch in pq.ParquetFile(old.path).iter_batches(batch_size=READ_BATCH_ROWS):
+                part = pa.Table.from_batches([batch]).select(w.arrow_schema.names).cast(w.arrow_schema)
+                if drop is not None:
+                    part = part.filter(pa.array(~drop[offset : offset + batch.num_rows]))
+                offset += batch.num_rows
+                if part.num_rows:
+                    out.write_table(part)
+                    rows += part.num_rows
+        if adds_path is not None:
+            with pa.OSFile(adds_path, "rb") as src:
+                reader = pa.ipc.open_file(src)
+                for i in range(reader.num_record_batches):
+                    batch = reader.get_batch(i)
+                    out.write_table(pa.Table.from_batches([batch]))
+                    rows += batch.num_rows
+    if old is not None:
+        os.remove(old.path)
+    return StagedFile(path, rows, os.path.getsize(path), [split_id])
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+__all__ = ["replay_window"]
