@@ -12,12 +12,12 @@ depends on; a session built another way can silently change values:
   proleptic Gregorian calendar that pyarrow, delta-rs and the binlog path use. ``EXCEPTION``
   (the historic default) fails on DATE '1000-01-01'; ``LEGACY`` would shift such dates.
 * ``spark.jars`` — the MariaDB Connector/J jar Debian ships (``libmariadb-java``).
-* ``-Duser.timezone=UTC`` for the driver and executor JVMs — Spark rebases the
-  ``java.sql.Timestamp`` values the JDBC driver builds for instants before 1900 in the JVM's
-  default zone; on non-UTC JVMs DATETIME '1800-01-01' came out 4:56:02 early (New York's local
-  mean time) and '1899-12-31' 1 h late (Amsterdam). Values from 1900 on are exact on any JVM
-  zone thanks to the JDBC URL options in ``cdc.types``. The option only acts when this call starts the JVM (local
-  mode, or the app's first session); under spark-submit pass it with ``--conf``.
+* ``-Duser.timezone=UTC`` for the driver and executor JVMs — Spark rebases ``java.sql.Timestamp``
+  values a JDBC driver builds for instants before 1900 in the JVM's default zone (on a New York JVM
+  DATETIME '1800-01-01' came out 4:56:02 early). The snapshot's own JDBC read no longer builds such
+  values (``cdc.types.jdbc_read`` sends dates and times as integers), so this guards plain JDBC
+  reads of the same session. The option only acts when this call starts the JVM (local mode, or
+  the app's first session); under spark-submit pass it with ``--conf``.
 """
 
 from __future__ import annotations
@@ -101,15 +101,15 @@ def build_spark_session(
 
 def _warn_if_jvm_zone_is_not_utc(spark: Any) -> None:
     """A session that existed before this call may run a non-UTC JVM: DATETIME values before 1900
-    would then shift on the snapshot path. Warn rather than fail: most tables hold none."""
+    read by plain JDBC reads (not the snapshot's) would then shift. Warn rather than fail."""
     try:
         zone = str(spark._jvm.java.util.TimeZone.getDefault().getID())
     except Exception:  # Spark Connect or another non-classic session: nothing to inspect
         return
     if zone not in ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z"):
         log.warning(
-            "the Spark driver JVM runs in time zone %s: DATETIME values before 1900 can shift on the snapshot "
-            "path. Start Spark with --conf spark.driver.extraJavaOptions=-Duser.timezone=UTC and "
+            "the Spark driver JVM runs in time zone %s: DATETIME values before 1900 can shift in plain JDBC "
+            "reads of this session. Start Spark with --conf spark.driver.extraJavaOptions=-Duser.timezone=UTC and "
             "--conf spark.executor.extraJavaOptions=-Duser.timezone=UTC",
             zone,
         )

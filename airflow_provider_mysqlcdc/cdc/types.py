@@ -2,10 +2,16 @@
 
 Two paths produce rows and must agree value for value (DESIGN §4):
 
-* **snapshot** — Spark JDBC (MariaDB Connector/J 2.7) runs ``SELECT <select_list> FROM t`` with
-  :func:`spark_schema_ddl` as the ``customSchema`` option, Spark stages Parquet, the Delta sink
-  adopts the files. The SQL projection makes the server hand out the canonical value already
-  (TIME as text, zero dates as NULL, BIT as a number ...), so no Spark-side pass is needed;
+* **snapshot** — Spark JDBC (MariaDB Connector/J 2.7) runs the projection :func:`jdbc_read`
+  builds, with its ``customSchema``, then one ``selectExpr``; Spark stages Parquet, the Delta sink
+  adopts the files. The SQL projection makes the server hand out the canonical value (TIME as text,
+  zero dates as NULL, BIT as a number ...) or an exact integer form of it: DATE as days and
+  DATETIME/TIMESTAMP as microseconds since 1970-01-01, which the ``selectExpr`` turns into Spark
+  dates and timestamps. Why: the driver builds ``java.sql.Date``/``Timestamp`` in the hybrid
+  Julian/Gregorian calendar, where 1582-10-05..14 do not exist (they came out ten days late) and
+  which Spark rebases in the JVM's zone; integers skip both, in any JVM zone. FLOAT travels as
+  ``CAST(f AS DOUBLE)``: the server prints FLOAT with 6 significant digits (16777216 -> 16777200)
+  but a DOUBLE with all of them, and the driver's ``getFloat`` parses that text to the stored float;
 * **snapshot, native reader** — the same chunks read by connectorx straight into Arrow (MySQL's
   binary protocol, no JVM row conversion) with :func:`native_select_list`, then
   :func:`canonicalize_native` casts its Arrow types to :func:`arrow_schema` (exact casts only);
@@ -27,9 +33,10 @@ BIGINT                 int64 / BIGINT
 ... UNSIGNED           one size wider             BIGINT UNSIGNED -> decimal(20,0)
 DECIMAL(p,s) p<=38     decimal128(p,s) / DECIMAL
 DECIMAL(p,s) p>38      string / STRING            plain text with exactly s decimals
-FLOAT / DOUBLE         float32 / float64
+FLOAT / DOUBLE         float32 / float64          FLOAT is the stored float32, all 24 bits
 DATETIME, TIMESTAMP    timestamp[us, UTC]         DATETIME wall time read as UTC; zero -> NULL
 DATE                   date32 / DATE              zero or partial-zero date -> NULL
+(all temporal types)                              proleptic Gregorian, 0001-01-01..9999-12-31
 TIME(fsp)              string                     ``[-]H+:MM:SS[.f{fsp}]``
 YEAR                   int16 / SMALLINT           YEAR 0000 -> 0
 CHAR..LONGTEXT, JSON   string                     JSON: the stored text on MariaDB
@@ -66,20 +73,20 @@ from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableSchema, enu
 UTC = dt.UTC
 MARIADB_JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 
-#: Connector/J 2.7 options that make the JDBC path exact (each one changes a value when absent;
-#: the type-fidelity test checks them):
+#: Connector/J 2.7 options for JDBC reads of this package:
 #:
 #: * ``sessionVariables=time_zone='+00:00'`` — TIMESTAMP columns are rendered in the session
 #:   zone; UTC makes them the instant the binlog carries. The value must *not* be URL-encoded
 #:   (Connector/J 2.7 sends ``%2B00:00`` literally and the connect fails).
 #: * ``useLegacyDatetimeCode=false`` + ``serverTimezone=UTC`` — the driver builds
-#:   ``java.sql.Timestamp`` from the wall time in UTC instead of the executor JVM's default zone,
-#:   so DATETIME does not shift by the JVM's offset (measured: 5 h on an America/New_York JVM).
-#:   Values before 1900 additionally need the JVM default zone to be UTC: Spark rebases such
-#:   timestamps in that zone (local mean time offsets: 1800-01-01 came out 4:56:02 early on a
-#:   New York JVM, 1899-12-31 1 h late on an Amsterdam one); ``build_spark_session`` sets it.
+#:   ``java.sql.Timestamp`` from the wall time in UTC instead of the executor JVM's default zone
+#:   (else DATETIME shifts by the JVM's offset: 5 h on an America/New_York JVM).
 #: * ``tinyInt1isBit=false`` — otherwise TINYINT(1) arrives as BOOLEAN and 2..127 become true.
 #: * ``yearIsDateType=false`` — otherwise YEAR arrives as a DATE (Jan 1st of the year).
+#:
+#: The snapshot's :func:`jdbc_read` projection sends temporal values as integers, so its values no
+#: longer depend on the first three (nor on the JVM's zone); they stay for any read of a plain
+#: column, where each one changes a value when absent.
 JDBC_URL_OPTIONS: dict[str, str] = {
     "sessionVariables": "time_zone='+00:00'",
     "useLegacyDatetimeCode": "false",
@@ -424,7 +431,13 @@ def _json_plain(v: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- the mapping
-_ZERO_DATE_GUARD = "IF(YEAR({c}) = 0 OR MONTH({c}) = 0 OR DAYOFMONTH({c}) = 0, NULL, {c})"
+def _zero_date_guard(value: str) -> str:
+    """``value`` unless ``{c}`` is a zero or partial-zero date (NULL then): the driver rolls
+    ``2024-00-15`` over to ``2023-12-15``, and year 0 is no date the lakehouse can hold."""
+    return "IF(YEAR({c}) = 0 OR MONTH({c}) = 0 OR DAYOFMONTH({c}) = 0, NULL, " + value + ")"
+
+
+_ZERO_DATE_GUARD = _zero_date_guard("{c}")
 
 
 def column_type(col: ColumnInfo) -> ColumnType:
@@ -452,7 +465,10 @@ def column_type(col: ColumnInfo) -> ColumnType:
             return make("decimal", pa.decimal128(p, s), f"DECIMAL({p},{s})", "{c}", _decimal_converter(s))
         return make("decimal_text", pa.string(), "STRING", "CAST({c} AS CHAR)", _decimal_text_converter(s))
     if t == "float":
-        return make("float", pa.float32(), "FLOAT", "{c}", _as_float)
+        # The text protocol prints FLOAT with 6 significant digits (16777216 -> 16777200); a DOUBLE
+        # prints all of them, and Connector/J's getFloat (customSchema FLOAT) parses that text
+        # with Float.valueOf to the nearest float, which is the stored one.
+        return make("float", pa.float32(), "FLOAT", "CAST({c} AS DOUBLE)", _as_float)
     if t in ("double", "real"):
         return make("double", pa.float64(), "DOUBLE", "{c}", _as_float)
     if t == "datetime":
@@ -542,10 +558,15 @@ def dictionary_columns(table_schema: TableSchema) -> list[str]:
 # panic on GEOMETRY. So every DECIMAL and 64-bit unsigned value travels as text and is parsed
 # exactly by Arrow, TIMESTAMP as epoch microseconds (UNIX_TIMESTAMP of a TIMESTAMP column is its
 # stored UTC value, whatever the session zone), BIT as a number, and GEOMETRY tables use JDBC.
+# FLOAT goes as it is: connectorx reads MySQL's binary protocol, which carries the float32 bits.
+# DATE and DATETIME too: connectorx decodes them into proleptic Gregorian Arrow values (measured
+# from 0001-01-01 to 9999-12-31, across 1582-10-05..14).
+_TIMESTAMP_MICROS = "NULLIF(CAST(UNIX_TIMESTAMP({c}) * 1000000 AS SIGNED), 0)"
 _NATIVE_SELECT: dict[str, str] = {
     "uint64": "CAST({c} AS CHAR)",
     "decimal": "CAST({c} AS CHAR)",
-    "timestamp": "NULLIF(CAST(UNIX_TIMESTAMP({c}) * 1000000 AS SIGNED), 0)",
+    "float": "{c}",
+    "timestamp": _TIMESTAMP_MICROS,
     "bit1": "CAST({c} AS UNSIGNED)",
     "bit64": "CAST(CAST({c} AS UNSIGNED) AS CHAR)",
 }
@@ -598,23 +619,82 @@ def _spark_ident(name: str) -> str:
 
 
 def spark_schema_ddl(table_schema: TableSchema) -> str:
-    """Spark JDBC ``customSchema`` for the :func:`select_list` projection: ``\\`a\\` INT, ...``.
-
-    Spark still derives the JDBC schema from the result set, then takes these types instead and
-    reads each column with the matching getter (``getByte`` for TINYINT, ``getBigDecimal`` for
-    DECIMAL(20,0), ...). Every column is listed, so the staged Parquet schema never depends on
-    what the driver reports (TINYINT(1) as BIT, INT UNSIGNED as BIGINT, ...).
-    """
+    """The canonical Spark schema of the table: ``\\`a\\` INT, ...`` (what :func:`jdbc_read`'s
+    frame holds; the staged Parquet written from it has :func:`arrow_schema`)."""
     return ", ".join(f"{_spark_ident(ct.name)} {ct.spark_ddl}" for ct in column_types(table_schema))
 
 
 def select_list(table_schema: TableSchema) -> str:
-    """The SELECT list that reads every column as its canonical value: ``expr AS `name`, ...``."""
+    """The SELECT list that reads every column as its canonical value: ``expr AS `name`, ...``.
+
+    For clients that decode MySQL values themselves (pymysql in ``verify``, and the base of
+    :func:`native_select_list`); Spark's JDBC reader needs :func:`jdbc_read` instead.
+    """
     out = []
     for ct in column_types(table_schema):
         q = quote_ident(ct.name)
         out.append(f"{ct.select_expr(q)} AS {q}")
     return ", ".join(out)
+
+
+# --------------------------------------------------------------------------- Spark JDBC reader
+# kind -> (what the server sends, the customSchema type Spark reads it as, the Spark SQL that makes
+# it the canonical value). Integers because the driver would build java.sql.Date/Timestamp, whose
+# hybrid Julian/Gregorian calendar has no 1582-10-05..14 (read ten days late) and which Spark
+# rebases in the JVM's zone before 1900; TO_DAYS and TIMESTAMPDIFF count proleptic Gregorian days
+# as MySQL stores them, and Spark's date_from_unix_date / timestamp_micros are proleptic too.
+_UNIX_EPOCH_TO_DAYS = 719528  # TO_DAYS('1970-01-01')
+_JDBC_INTEGER_FORMS: dict[str, tuple[str, str, str]] = {
+    "date": (_zero_date_guard(f"TO_DAYS({{c}}) - {_UNIX_EPOCH_TO_DAYS}"), "INT", "date_from_unix_date({c})"),
+    "datetime": (
+        _zero_date_guard("TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', {c})"),
+        "BIGINT",
+        "timestamp_micros({c})",
+    ),
+    # the stored UTC instant, whatever the session zone (TIMESTAMP starts after the epoch: 0 is zero)
+    "timestamp": (_TIMESTAMP_MICROS, "BIGINT", "timestamp_micros({c})"),
+}
+
+
+@dataclass(frozen=True)
+class JdbcRead:
+    """How Spark's JDBC reader reads a table: ``spark.read.jdbc(url, "(SELECT <select_list> FROM t)
+    AS src", predicates, {customSchema: custom_schema})`` then ``.selectExpr(*spark_exprs)``, which
+    yields :func:`spark_schema_ddl`'s columns in table order, so the staged Parquet has
+    :func:`arrow_schema`."""
+
+    select_list: str
+    custom_schema: str
+    spark_exprs: tuple[str, ...]
+
+
+def jdbc_read(table_schema: TableSchema, key_columns: Iterable[str] = ()) -> JdbcRead:
+    """The Spark JDBC read of the table (see :class:`JdbcRead` and the module docstring).
+
+    ``key_columns`` are the columns the chunk predicates compare. Spark puts the predicates in a
+    WHERE around the projection, so each of them whose projection is not the bare column is also
+    projected raw under its own name (its value travels under a reserved alias): the predicates
+    then compare stored values, in the column's collation, and can use the index, instead of
+    comparing day counts with date literals or a CAST's collation.
+    """
+    keys = set(key_columns)
+    cts = column_types(table_schema)
+    taken = {ct.name.lower() for ct in cts}
+    select, schema, exprs = [], [], []
+    for i, ct in enumerate(cts):
+        q = quote_ident(ct.name)
+        template, read_type, finish = _JDBC_INTEGER_FORMS.get(ct.kind, (ct.select_template, ct.spark_ddl, "{c}"))
+        alias = ct.name
+        if ct.name in keys and template != "{c}":
+            alias = f"_cdc_value_{i}"
+            while alias.lower() in taken:
+                alias = "_" + alias
+            taken.add(alias.lower())
+            select.append(f"{q} AS {q}")
+        select.append(f"{template.format(c=q)} AS {quote_ident(alias)}")
+        schema.append(f"{_spark_ident(alias)} {read_type}")
+        exprs.append(f"{finish.format(c=_spark_ident(alias))} AS {_spark_ident(ct.name)}")
+    return JdbcRead(", ".join(select), ", ".join(schema), tuple(exprs))
 
 
 RowConverter = Callable[..., dict[str, Any]]

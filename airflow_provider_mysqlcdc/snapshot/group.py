@@ -373,15 +373,33 @@ def _stage_natively(
     return files
 
 
+def jdbc_frame(
+    spark: Any,
+    url: str,
+    props: dict[str, str],
+    schema: TableSchema,
+    predicates: list[str] | None = None,
+    key_columns: list[str] | None = None,
+) -> Any:
+    """The table read with Spark JDBC as a DataFrame of canonical values (:func:`cdc_types.jdbc_read`):
+    one partition per predicate, in order. ``key_columns`` are the columns the predicates compare.
+
+    The server sends dates and times as integers and Spark's proleptic functions make them DATE
+    and TIMESTAMP (a narrow projection: partition i still holds predicate i's rows)."""
+    read = cdc_types.jdbc_read(schema, key_columns or ())
+    subquery = f"(SELECT {read.select_list} FROM {schema.table.quoted}) AS src"
+    reader_props = {**props, "customSchema": read.custom_schema}
+    if predicates is None:
+        df = spark.read.jdbc(url, subquery, properties=reader_props)
+    else:
+        df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
+    return df.selectExpr(*read.spark_exprs)
+
+
 def _stage_with_jdbc(
     spark: Any, url: str, props: dict[str, str], w: _TableWork, predicates: list[str]
 ) -> dict[int, StagedFile]:
-    subquery = f"(SELECT {cdc_types.select_list(w.schema)} FROM {w.schema.table.quoted}) AS src"
-    reader_props = dict(props)
-    ddl = cdc_types.spark_schema_ddl(w.schema)
-    if ddl:
-        reader_props["customSchema"] = ddl
-    df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
+    df = jdbc_frame(spark, url, props, w.schema, predicates, w.chunk_cols)
     writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
     for name in cdc_types.dictionary_columns(w.schema):
         writer = writer.option(f"parquet.enable.dictionary#{name}", "true")

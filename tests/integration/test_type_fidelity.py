@@ -3,9 +3,11 @@
 One table holds one column per type and rows with typical, edge, zero and NULL values. The same
 rows are read
 
-* **A (snapshot)**: Spark JDBC with ``select_list`` + ``customSchema`` -> Parquet
-  (TIMESTAMP_MICROS) -> pyarrow, checked to already *have* ``arrow_schema`` (the Delta sink adopts
-  Spark's files as they are, so a cast afterwards would hide a wrong type);
+* **A (snapshot)**: Spark JDBC as the snapshot reads it (``snapshot.group.jdbc_frame``: the
+  ``jdbc_read`` projection + ``customSchema`` + its ``selectExpr``) -> Parquet (TIMESTAMP_MICROS)
+  -> pyarrow, checked to already *have* ``arrow_schema`` (the Delta sink adopts Spark's files as
+  they are, so a cast afterwards would hide a wrong type); the snapshot's native reader and whole
+  snapshot groups run with ``reader='jdbc'`` are checked against the same values;
 * **B (binlog)**: the INSERT and UPDATE row images decoded by python-mysql-replication ->
   ``binlog_row_converter`` -> ``rows_to_arrow``;
 
@@ -25,7 +27,6 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
@@ -64,8 +65,10 @@ CREATE TABLE {t} (
   c_mediumint MEDIUMINT, c_mediumint_u MEDIUMINT UNSIGNED,
   c_int INT, c_int_u INT UNSIGNED, c_bigint BIGINT, c_bigint_u BIGINT UNSIGNED,
   c_dec DECIMAL(10,2), c_dec38 DECIMAL(38,10), c_dec65 DECIMAL(65,30),
-  c_float FLOAT, c_double DOUBLE,
+  c_float FLOAT, c_double DOUBLE, c_float_u FLOAT UNSIGNED,
   c_dt DATETIME, c_dt6 DATETIME(6), c_ts TIMESTAMP(6) NULL DEFAULT NULL, c_ts0 TIMESTAMP NULL DEFAULT NULL,
+  c_dt1 DATETIME(1), c_dt2 DATETIME(2), c_dt3 DATETIME(3), c_dt4 DATETIME(4), c_dt5 DATETIME(5),
+  c_ts3 TIMESTAMP(3) NULL DEFAULT NULL,
   c_date DATE, c_time TIME, c_time3 TIME(3), c_time6 TIME(6), c_year YEAR,
   c_char CHAR(10), c_varchar VARCHAR(50), c_text TEXT, c_latin1 VARCHAR(20) CHARACTER SET latin1,
   c_json JSON,
@@ -206,6 +209,53 @@ ROWS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ),
 ]
 
+# FLOAT values of 7-9 significant digits (the server prints FLOAT as text with 6): what goes in,
+# and the float32 MySQL stores, written out (struct's rounding agrees: see test_float_table_is_float32).
+FLOATS: list[tuple[float, float]] = [
+    (16777216, 16777216.0), (-16777216, -16777216.0), (16777217, 16777216.0),
+    (3.4028235e38, 3.4028234663852886e38), (-3.4028235e38, -3.4028234663852886e38),
+    (1.1754944e-38, 1.1754943508222875e-38), (-1.1754944e-38, -1.1754943508222875e-38),
+    (1234.567, 1234.5670166015625), (-1234.567, -1234.5670166015625), (123456789, 123456792.0),
+    (0.1, 0.10000000149011612), (7654321.5, 7654321.5), (-8388607.5, -8388607.5),
+    (1.4e-45, 1.401298464324817e-45), (99999.99, 99999.9921875), (-2.7182817, -2.7182817459106445),
+]
+FLOATS_UNSIGNED = [(given, want) for given, want in FLOATS if want > 0]
+
+# Calendar edges: every day of 1582-10-04 .. 1582-10-16 (the ten days 05..14 do not exist in the
+# Julian/Gregorian hybrid calendar java.sql.Date uses), the first and last day MySQL stores, and
+# days where the Julian and the proleptic Gregorian calendars disagree about leap years.
+CALENDAR_DAYS = [dt.date(1582, 10, d) for d in range(4, 17)] + [
+    dt.date(1, 1, 1), dt.date(9999, 12, 31), dt.date(1, 12, 31), dt.date(4, 2, 29), dt.date(100, 2, 28),
+    dt.date(100, 3, 1), dt.date(1500, 2, 28), dt.date(1500, 3, 1), dt.date(1582, 1, 1), dt.date(1582, 12, 31),
+    dt.date(1899, 12, 31),
+]
+
+
+def _calendar_row(i: int, day: dt.date) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Row ``7 + i``: ``day`` in the DATE and every DATETIME(fsp) column, at the first or the last
+    microsecond the precision can show; TIMESTAMPs at their own limits; FLOATs from the lists above."""
+    late = i % 2 == 0
+    hms, h = ("23:59:59", (23, 59, 59)) if late else ("00:00:00", (0, 0, 0))
+    given: dict[str, Any] = dict(id=7 + i, c_date=day.isoformat(), c_dt=f"{day.isoformat()} {hms}")
+    want: dict[str, Any] = dict(id=7 + i, c_date=day, c_dt=ts(day.year, day.month, day.day, *h))
+    for fsp in range(1, 7):
+        frac = "9" * fsp if late else "0" * (fsp - 1) + "1"
+        given[f"c_dt{fsp}"] = f"{day.isoformat()} {hms}.{frac}"
+        want[f"c_dt{fsp}"] = ts(day.year, day.month, day.day, *h, int(frac.ljust(6, "0")))
+    if late:  # TIMESTAMP's range is 1970-01-01 00:00:01 .. 2038-01-19 03:14:07.999999 UTC
+        given.update(c_ts="2038-01-19 03:14:07.999999", c_ts0="2038-01-19 03:14:07", c_ts3="2038-01-19 03:14:07.999")
+        want.update(c_ts=ts(2038, 1, 19, 3, 14, 7, 999999), c_ts0=ts(2038, 1, 19, 3, 14, 7),
+                    c_ts3=ts(2038, 1, 19, 3, 14, 7, 999000))
+    else:
+        given.update(c_ts="1970-01-01 00:00:01.000001", c_ts0="1970-01-01 00:00:01", c_ts3="1970-01-01 00:00:01")
+        want.update(c_ts=ts(1970, 1, 1, 0, 0, 1, 1), c_ts0=ts(1970, 1, 1, 0, 0, 1), c_ts3=ts(1970, 1, 1, 0, 0, 1))
+    given["c_float"], want["c_float"] = FLOATS[i % len(FLOATS)]
+    given["c_float_u"], want["c_float_u"] = FLOATS_UNSIGNED[i % len(FLOATS_UNSIGNED)]
+    return "+00:00", given, want
+
+
+ROWS += [_calendar_row(i, day) for i, day in enumerate(CALENDAR_DAYS)]
+
 
 def _columns(table_schema: TableSchema) -> list[str]:
     return [c.name for c in table_schema.columns]
@@ -268,10 +318,9 @@ def _read_binlog(settings: ConnectionSettings, start: tuple[str, int], db: str, 
 def snapshot_read(spark: Any, settings: ConnectionSettings, schema: TableSchema, dest: str,
                   url: str | None = None) -> pa.Table:
     """Path A exactly as the snapshot job runs it: projection + customSchema -> Parquet -> Arrow."""
-    props = cdc_types.jdbc_properties(settings)
-    props["customSchema"] = cdc_types.spark_schema_ddl(schema)
-    query = f"(SELECT {cdc_types.select_list(schema)} FROM {schema.table.quoted}) AS src"
-    df = spark.read.jdbc(url or cdc_types.jdbc_url(settings), query, properties=props)
+    from airflow_provider_mysqlcdc.snapshot.group import jdbc_frame
+
+    df = jdbc_frame(spark, url or cdc_types.jdbc_url(settings), cdc_types.jdbc_properties(settings), schema)
     df.coalesce(1).write.mode("overwrite").parquet(dest)
     return pq.read_table(dest).sort_by("id")
 
@@ -331,13 +380,14 @@ EXPECTED_ARROW = {
     "c_smallint": pa.int16(), "c_smallint_u": pa.int32(), "c_mediumint": pa.int32(), "c_mediumint_u": pa.int32(),
     "c_int": pa.int32(), "c_int_u": pa.int64(), "c_bigint": pa.int64(), "c_bigint_u": pa.decimal128(20, 0),
     "c_dec": pa.decimal128(10, 2), "c_dec38": pa.decimal128(38, 10), "c_dec65": pa.string(),
-    "c_float": pa.float32(), "c_double": pa.float64(), "c_dt": pa.timestamp("us", tz="UTC"),
+    "c_float": pa.float32(), "c_double": pa.float64(), "c_float_u": pa.float32(), "c_dt": pa.timestamp("us", tz="UTC"),
     "c_dt6": pa.timestamp("us", tz="UTC"), "c_ts": pa.timestamp("us", tz="UTC"), "c_ts0": pa.timestamp("us", tz="UTC"),
     "c_date": pa.date32(), "c_time": pa.string(), "c_time3": pa.string(), "c_time6": pa.string(),
     "c_year": pa.int16(), "c_char": pa.string(), "c_varchar": pa.string(), "c_text": pa.string(),
     "c_latin1": pa.string(), "c_json": pa.string(), "c_enum": pa.string(), "c_set": pa.string(),
     "c_set_nn": pa.string(), "c_bit1": pa.bool_(), "c_bit8": pa.int64(), "c_bit64": pa.decimal128(20, 0),
     "c_binary": pa.binary(), "c_varbinary": pa.binary(), "c_blob": pa.binary(), "c_geom": pa.binary(),
+    **{f"c_dt{fsp}": pa.timestamp("us", tz="UTC") for fsp in range(1, 6)}, "c_ts3": pa.timestamp("us", tz="UTC"),
 }
 
 
@@ -411,33 +461,41 @@ def test_delta_keeps_types_and_values(matrix: Matrix) -> None:
 
 
 def test_jdbc_path_does_not_depend_on_the_jvm_time_zone(matrix: Matrix, spark: Any, mariadb: Any) -> None:
-    """Executors may run in any zone: the URL options pin DATETIME/TIMESTAMP/DATE to UTC.
+    """Executors may run in any zone, with any driver datetime settings: temporal values travel as
+    integers (days / microseconds since 1970), so nothing depends on them.
 
     Runs the snapshot read with the JVM default zone set to America/New_York (local mode: driver
-    and executor share the JVM), over the values from 1900 on, including wall times that do not
-    exist in New York (2024-03-10 02:30, DST gap). Older values also need a UTC JVM (Spark rebases
-    them in the JVM zone: 1582-10-15 came out as 1582-10-04 23:56:02), which build_spark_session
-    sets. The legacy driver mode is checked as a control: it shifts every DATETIME by 5 hours.
+    and executor share the JVM) over every value of the matrix, including wall times that do not
+    exist in New York (2024-03-10 02:30, DST gap) and values before 1900 (Spark rebases
+    ``java.sql`` values in the JVM zone: 1582-10-15 came out as 1582-10-04 23:56:02), then again
+    with the legacy driver mode and the session in UTC-7. The control reads plain columns the way
+    the projection avoids: the legacy mode shifts DATETIME by 5 hours and the driver's calendar
+    moves 1582-10-05 ten days on.
     """
     settings = mariadb.cdc_settings()
     tz = spark._jvm.java.util.TimeZone
     saved = tz.getDefault()
-    cols = ["id", "c_dt", "c_dt6", "c_ts", "c_ts0", "c_date"]
-
-    def recent(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{c: r[c] for c in cols if c == "id" or r[c] is None or r[c].year >= 1900} for r in rows if r["id"] != 3]
-
+    cols = ["id", "c_dt", "c_dt1", "c_dt2", "c_dt3", "c_dt4", "c_dt5", "c_dt6", "c_ts", "c_ts0", "c_ts3", "c_date"]
+    want = [{c: r[c] for c in cols} for r in _with_rev(_expected_rows(matrix.schema), 1)]
+    assert sum(v is not None and c != "id" for r in want for c, v in r.items()) >= 250
+    url = cdc_types.jdbc_url(settings)
+    other_url = url.replace("useLegacyDatetimeCode=false", "useLegacyDatetimeCode=true").replace(
+        "time_zone='+00:00'", "time_zone='-07:00'"
+    )
+    assert other_url != url
     try:
         tz.setDefault(tz.getTimeZone("America/New_York"))
         got = snapshot_read(spark, settings, matrix.schema, f"{matrix.workdir}/ny").select(cols).to_pylist()
-        want = recent(_expected_rows(matrix.schema))
-        assert sum(len(r) for r in want) >= 20
-        _assert_rows_equal([{c: r[c] for c in w} for r, w in zip(recent(got), want, strict=True)], want,
-                           "snapshot on a New York JVM")
-        legacy_url = cdc_types.jdbc_url(settings).replace("useLegacyDatetimeCode=false", "useLegacyDatetimeCode=true")
-        legacy = snapshot_read(spark, settings, matrix.schema, f"{matrix.workdir}/ny-legacy", url=legacy_url)
-        row1 = legacy.filter(pc.equal(legacy["id"], 1)).to_pylist()[0]
-        assert row1["c_dt"] == ts(2024, 2, 29, 18, 14, 15), "control: the legacy driver mode should shift DATETIME"
+        _assert_rows_equal(got, want, "snapshot on a New York JVM")
+        got = snapshot_read(spark, settings, matrix.schema, f"{matrix.workdir}/ny-legacy", url=other_url)
+        _assert_rows_equal(got.select(cols).to_pylist(), want, "snapshot on a New York JVM, legacy mode, UTC-7")
+
+        plain = f"(SELECT id, c_dt, c_date FROM {matrix.schema.table.quoted} WHERE id IN (1, 8)) AS src"
+        props = {**cdc_types.jdbc_properties(settings), "customSchema": "id INT, c_dt TIMESTAMP, c_date DATE"}
+        spark.read.jdbc(other_url, plain, properties=props).write.mode("overwrite").parquet(f"{matrix.workdir}/plain")
+        control = pq.read_table(f"{matrix.workdir}/plain").sort_by("id").to_pylist()
+        assert control[0]["c_dt"] == ts(2024, 2, 29, 18, 14, 15), "control: the legacy mode should shift DATETIME"
+        assert control[1]["c_date"] == dt.date(1582, 10, 15), "control: java.sql.Date has no 1582-10-05"
     finally:
         tz.setDefault(saved)
 
@@ -493,6 +551,92 @@ def test_native_reader_refuses_geometry_and_tls(matrix: Matrix, mariadb: Any) ->
     tls = ConnectionSettings(**{**settings.__dict__, "ssl": True})
     assert "TLS" in (native_reader_unavailable(tls, schema, "/tmp/x") or "")
     assert "s3://" in (native_reader_unavailable(settings, schema, "s3://bucket/lake/t") or "")
+
+
+# --------------------------------------------------------------------------- whole snapshot groups
+def _snapshot_with(
+    spark: Any, reader: str, settings: ConnectionSettings, table: str, chunk_size: int, workdir: str,
+    chunk_key: list[str] | None = None,
+) -> pa.Table:
+    """Plan ``table`` in chunks and run every split group with ``reader``: what lands in Delta.
+
+    Each chunk must have staged exactly the rows its key range holds on the server (counted there
+    with the same predicate over the plain table)."""
+    from airflow_provider_mysqlcdc.cdc.predicate import split_condition
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
+    from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+    from airflow_provider_mysqlcdc.state import StateStore
+
+    store = StateStore(f"{workdir}/state", "pipe")
+    sink = DeltaSink(f"{workdir}/lake")
+    with settings.connect() as conn:
+        plan = plan_snapshot(conn, [table], chunk_size, 3, {table: chunk_key} if chunk_key else None)
+        quoted = plan.tables[table].table.quoted
+        want = {}
+        for split in plan.splits:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT COUNT(*) FROM {quoted} WHERE {split_condition(split, plan.collations)}")
+                want[split.split_id] = cur.fetchone()[0]
+    store.write_plan("p1", plan.to_dict())
+    assert len(plan.splits) > 3  # several chunks, so the reader runs with its chunk predicates
+    got = {}
+    for g in plan.groups:
+        res = run_snapshot_group(spark, settings, store, "p1", g.group_id, sink, SnapshotOptions(reader=reader))
+        got.update({c.split_id: c.rows for c in res.chunks})
+    assert got == want, "rows per chunk"
+    return sink.read(table)
+
+
+def test_snapshot_group_with_the_jdbc_reader(matrix: Matrix, mariadb: Any, spark: Any) -> None:
+    """The whole matrix through ``run_snapshot_group(reader='jdbc')`` (``_stage_with_jdbc``, chunk
+    predicates, staged files adopted by the Delta sink): every value equals the expected one."""
+    settings = mariadb.cdc_settings()
+    got = _snapshot_with(spark, "jdbc", settings, str(matrix.schema.table), 6, f"{matrix.workdir}/group")
+    arrow = cdc_types.arrow_schema(matrix.schema)
+    got = got.select(arrow.names).cast(arrow).sort_by("id")
+    _assert_rows_equal(got.to_pylist(), _with_rev(_expected_rows(matrix.schema), 1), "snapshot group, reader='jdbc'")
+
+
+KEYED_DDL = """
+CREATE TABLE {t} (
+  d DATE NOT NULL, k DATETIME(6) NOT NULL, f FLOAT NOT NULL, v INT,
+  PRIMARY KEY (d, k), UNIQUE KEY (f)
+)
+"""
+
+
+@pytest.mark.parametrize("reader", ["jdbc", "native"])
+@pytest.mark.parametrize("chunk_key", [None, ["f"]], ids=["key-date-datetime", "key-float"])
+def test_calendar_and_float_chunk_keys(
+    reader: str, chunk_key: list[str] | None, mariadb: Any, db: str, spark: Any, tmp_path: Any
+) -> None:
+    """Chunk keys of DATE, DATETIME and FLOAT columns across the 1582 gap: every row is read once,
+    by the chunk its key falls in, with its exact value (the chunk predicates compare the stored
+    values, whatever form the reader's projection sends them in)."""
+    t = f"`{db}`.keyed"
+    start = dt.datetime(1582, 10, 1)
+    rows = []
+    for i in range(60):
+        k = start + dt.timedelta(hours=7 * i, microseconds=i)
+        rows.append((k.date(), k, f32((i - 30) * 1234.567 + 0.1), i))  # 7-9 significant digits
+    mariadb.execute(KEYED_DDL.format(t=t))
+    with mariadb.root_connection() as conn, conn.cursor() as cur:
+        cur.executemany(
+            f"INSERT INTO {t} VALUES (%s, %s, %s, %s)", [(d, k.isoformat(" "), f, v) for d, k, f, v in rows]
+        )
+        conn.commit()
+    settings = mariadb.cdc_settings()
+    got = _snapshot_with(spark, reader, settings, f"{db}.keyed", 7, str(tmp_path), chunk_key)
+    got = got.select(["d", "k", "f", "v"]).sort_by("v").to_pylist()
+    want = [dict(d=d, k=k.replace(tzinfo=UTC), f=f, v=v) for d, k, f, v in rows]
+    _assert_rows_equal([{"id": r["v"], **r} for r in got], [{"id": r["v"], **r} for r in want], f"reader={reader}")
+
+
+def test_float_table_is_float32() -> None:
+    """The hand-written float32 values above are what rounding to float32 gives."""
+    for given, want in FLOATS:
+        assert f32(given) == want, given
 
 
 # --------------------------------------------------------------------------- without a server
