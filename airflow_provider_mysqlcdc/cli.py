@@ -1,8 +1,9 @@
 """Command line: pre-flight checks and plans outside Airflow (``python -m airflow_provider_mysqlcdc``).
 
-The connection is resolved the way Airflow resolves it (``AIRFLOW_CONN_<ID>`` in JSON or URI form,
-secrets backends, or the metadata DB when one is configured), so the same ``mysql_cdc_default`` a DAG
-uses works here with no Airflow database.
+The connection is resolved the way ``airflow connections get`` resolves it (a secrets backend,
+``AIRFLOW_CONN_<ID>`` in JSON or URI form, then the metadata DB of the configured AIRFLOW_HOME, where
+connections created in the UI live), so the same ``mysql_cdc_default`` a DAG uses works here, with
+no api-server running and, for the first two, no Airflow database.
 """
 
 from __future__ import annotations
@@ -18,17 +19,96 @@ EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 
 
+def _backend_label(backend: Any, conn_id: str) -> str:
+    """Where a secrets backend looks, in the words a user configures it with."""
+    import os
+
+    name = type(backend).__name__
+    if name == "EnvironmentVariablesBackend":
+        return f"environment variable AIRFLOW_CONN_{conn_id.upper()}"
+    if name == "MetastoreBackend":
+        from airflow.configuration import conf
+
+        url = conf.get("database", "sql_alchemy_conn", fallback="")
+        try:
+            from sqlalchemy.engine import make_url
+
+            url = make_url(url).render_as_string(hide_password=True)
+        except Exception:  # shown as configured
+            pass
+        return f"metadata DB {url} (AIRFLOW_HOME={os.environ.get('AIRFLOW_HOME', '~/airflow')})"
+    return f"secrets backend {type(backend).__module__}.{name}"
+
+
+def _airflow_connection(conn_id: str) -> tuple[Any | None, list[str]]:
+    """The connection (None if nowhere) and, per place searched, what was found there.
+
+    Searched like ``airflow connections get``: the configured secrets backend, ``AIRFLOW_CONN_<ID>``,
+    then the metadata DB of the configured AIRFLOW_HOME (connections created in the UI). The Task
+    SDK's lookup (``BaseHook.get_connection``) skips the metadata DB outside a task, and the core
+    model's ``get_connection_from_secrets`` logs a spurious RFC 3986 warning for ``mysql_cdc`` and
+    swallows why a backend failed, so the same backends are walked here. No api-server is needed.
+    """
+    try:
+        from airflow.configuration import ensure_secrets_loaded
+    except ImportError:  # only the Task SDK is installed: environment variables and secrets backends
+        from airflow.sdk import BaseHook
+
+        try:
+            return BaseHook.get_connection(conn_id), []
+        except Exception as exc:
+            if exc.__class__.__name__ != "AirflowNotFoundException":
+                raise
+            return None, ["environment and secrets backend (apache-airflow-core is not installed: no metadata DB)"]
+    searched: list[str] = []
+    for backend in ensure_secrets_loaded():
+        where = _backend_label(backend, conn_id)
+        try:
+            conn = backend.get_connection(conn_id=conn_id)
+        except Exception as exc:
+            if exc.__class__.__name__ == "AirflowSecretsBackendAccessDenied":
+                raise  # authoritative: Airflow does not fall through to the next backend either
+            reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [""])[0]
+            hint = ""
+            if exc.__class__.__name__ == "InvalidToken":
+                hint = "; it was saved with another Fernet key: set [core] fernet_key (AIRFLOW__CORE__FERNET_KEY) "
+                hint += "to your Airflow's"
+            elif type(backend).__name__ == "MetastoreBackend":
+                hint = "; run `airflow db migrate`, or point AIRFLOW_HOME / AIRFLOW__DATABASE__SQL_ALCHEMY_CONN at "
+                hint += "your Airflow's configuration"
+            searched.append(f"{where}: could not be read ({exc.__class__.__name__}: {reason}{hint})")
+            continue
+        if conn:
+            return conn, searched
+        is_env = type(backend).__name__ == "EnvironmentVariablesBackend"
+        searched.append(f"{where}: {'not set' if is_env else 'not there'}")
+    return None, searched
+
+
 def _settings(conn_id: str) -> Any:
-    from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+    """The connection's :class:`ConnectionSettings`; a missing connection exits naming each place searched."""
+    import contextlib
+
+    from airflow_provider_mysqlcdc.hooks.mysql_cdc import settings_from_connection
 
     try:
-        return MySqlCdcHook(conn_id).settings
-    except Exception as exc:  # Airflow raises its own "not defined" error type
+        with contextlib.redirect_stdout(sys.stderr):  # Airflow logs to stdout; stdout is for results
+            conn, searched = _airflow_connection(conn_id)
+    except Exception as exc:  # an access-denying or broken secrets backend
         raise SystemExit(
-            f"error: connection {conn_id!r} is not defined: set AIRFLOW_CONN_{conn_id.upper()} (JSON, e.g. "
-            '{"conn_type":"mysql_cdc","host":"...","port":3306,"login":"...","password":"..."}) '
-            f"or create it in Airflow ({exc.__class__.__name__}: {exc})"
+            f"error: connection {conn_id!r} could not be read ({exc.__class__.__name__}: {exc}): check the "
+            "secrets backend's settings ([secrets] backend / backend_kwargs) and its permissions"
         ) from None
+    if conn is None:
+        raise SystemExit(
+            f"error: connection {conn_id!r} was not found where Airflow looks — " + "; ".join(searched)
+            + ". Create it in the Airflow UI (Admin → Connections, type MySQL CDC), or with `airflow connections "
+            f"add {conn_id} --conn-json '{{\"conn_type\":\"mysql_cdc\",\"host\":\"...\",\"port\":3306,"
+            '"login":"...","password":"..."}\'`, or set AIRFLOW_CONN_'
+            f"{conn_id.upper()} to that JSON; if it exists in your Airflow, run this with the same AIRFLOW_HOME "
+            "(or AIRFLOW__DATABASE__SQL_ALCHEMY_CONN) as Airflow"
+        )
+    return settings_from_connection(conn)
 
 
 def _tables(arg: str | None) -> list[str]:
@@ -74,6 +154,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not report.ok:
             print(report.summary(), file=sys.stderr)
             return EXIT_PROBLEMS
+        if report.warnings:  # stdout is the plan's JSON
+            print(report.warnings_summary(), file=sys.stderr)
         plan = plan_snapshot(conn, tables, args.chunk_size, args.chunks_per_group, chunk_keys)
     out = []
     for g in plan.groups:
@@ -140,7 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
             help="chunk key columns for a table (default: its primary key); repeatable",
         )
 
-    c = sub.add_parser("check", help="check binlog settings, privileges and tables; exit 1 on any problem")
+    c = sub.add_parser(
+        "check",
+        help="check binlog settings, privileges and tables; exit 1 on any problem (warnings, e.g. cascading "
+        "foreign keys, are printed but do not change the exit code)",
+    )
     common(c)
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.set_defaults(func=cmd_check)

@@ -9,9 +9,19 @@ from airflow_provider_mysqlcdc import __version__
 # Custom connection fields, shared by the provider info (Airflow 3 UI) and the hook's form widgets.
 CONN_FIELDS: dict[str, dict[str, Any]] = {
     "ssl": {
-        "label": "Use TLS",
-        "description": "true = require TLS, false = plain TCP, empty = use TLS when the server offers it",
-        "schema": {"type": ["boolean", "null"], "default": None},
+        "label": "TLS",
+        "description": "preferred = use TLS when the server offers it; required = refuse plain TCP; disabled = "
+        "plain TCP (old true/false values still work)",
+        "schema": {
+            "type": ["string", "null"],
+            "enum": ["preferred", "required", "disabled"],
+            "values_display": {
+                "preferred": "preferred (use TLS when the server offers it)",
+                "required": "required",
+                "disabled": "disabled",
+            },
+            "default": "preferred",
+        },
     },
     "ssl_ca": {
         "label": "TLS CA file",

@@ -21,17 +21,79 @@ except ImportError:  # pragma: no cover - Airflow 2.x
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
 
-def _parse_bool(v: Any) -> bool | None:
+# The connection's three TLS modes (extra ``ssl``), as stored and as shown in the form. They map to
+# ConnectionSettings.ssl: None = use TLS when the server offers it, True = require it, False = off.
+SSL_PREFERRED, SSL_REQUIRED, SSL_DISABLED = "preferred", "required", "disabled"
+SSL_MODES: dict[str, str] = {
+    SSL_PREFERRED: "preferred (use TLS when the server offers it)",
+    SSL_REQUIRED: "required",
+    SSL_DISABLED: "disabled",
+}
+# Older spellings keep working: the toggle stored true/false (JSON booleans or strings).
+_SSL_WORDS: dict[str, bool | None] = {
+    **dict.fromkeys(("preferred", "prefer", "auto", "default"), None),
+    **dict.fromkeys(("required", "require", "true", "1", "yes", "on"), True),
+    **dict.fromkeys(("disabled", "disable", "false", "0", "no", "off"), False),
+}
+
+
+def parse_ssl(v: Any) -> bool | None:
+    """The ``ssl`` extra as ``ConnectionSettings.ssl``: a mode name, its label, or an old true/false.
+
+    Absent or empty means preferred, so connections saved before the three modes keep their meaning.
+    """
     if v is None or v == "":
         return None
     if isinstance(v, bool):
         return v
     s = str(v).strip().lower()
-    if s in ("1", "true", "yes", "on", "required", "require"):
-        return True
-    if s in ("0", "false", "no", "off", "disabled", "disable"):
-        return False
-    raise ValueError(f"connection extra 'ssl' must be true/false, got {v!r}")
+    s = s.split(" (", 1)[0].strip()  # a form label, e.g. "preferred (use TLS when the server offers it)"
+    if s in _SSL_WORDS:
+        return _SSL_WORDS[s]
+    raise ValueError(
+        f"connection extra 'ssl' must be one of {', '.join(SSL_MODES)} (or true/false), got {v!r}: "
+        "edit the connection's TLS field"
+    )
+
+
+def ssl_mode(ssl: bool | None) -> str:
+    """The mode name of a ``ConnectionSettings.ssl`` value (what the form shows for a stored value)."""
+    return SSL_PREFERRED if ssl is None else SSL_REQUIRED if ssl else SSL_DISABLED
+
+
+class _SslSelectWidget:
+    """Renders the ``ssl`` StringField as a <select> of the three modes: Airflow's form accepts only
+    String/Integer/Password/Boolean fields, and a toggle cannot go back to "preferred"."""
+
+    def __call__(self, field: Any, **kwargs: Any) -> Any:
+        from markupsafe import Markup, escape
+
+        try:
+            current = ssl_mode(parse_ssl(field.data))
+        except ValueError:
+            current = SSL_PREFERRED
+        kwargs.setdefault("id", field.id)
+        kwargs.setdefault("class", "form-control")
+        attrs = " ".join(
+            str(escape(k.rstrip("_"))) if v is True else f'{escape(k.rstrip("_"))}="{escape(v)}"'
+            for k, v in {"name": field.name, **kwargs}.items()
+            if v is not False and v is not None
+        )
+        options = "".join(
+            f'<option value="{escape(value)}"{" selected" if value == current else ""}>{escape(label)}</option>'
+            for value, label in SSL_MODES.items()
+        )
+        return Markup(f"<select {attrs}>{options}</select>")
+
+
+def _validate_ssl(form: Any, field: Any) -> None:
+    """Form validator: refuse a value :func:`parse_ssl` would refuse when a job starts."""
+    from wtforms.validators import ValidationError
+
+    try:
+        parse_ssl(field.data)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 def _parse_range(v: Any) -> tuple[int, int]:
@@ -54,7 +116,7 @@ def settings_from_connection(conn: Any) -> ConnectionSettings:
         user=conn.login or "root",
         password=conn.password or "",
         database=conn.schema or None,
-        ssl=_parse_bool(extra.get("ssl")),
+        ssl=parse_ssl(extra.get("ssl")),
         ssl_ca=extra.get("ssl_ca") or None,
         server_id_range=_parse_range(extra.get("server_id_range")),
     )
@@ -64,7 +126,8 @@ class MySqlCdcHook(BaseHook):
     """Connects to a MySQL/MariaDB CDC source: offsets, source checks, table schemas.
 
     :param mysql_cdc_conn_id: the ``mysql_cdc`` connection (host, port, login, password, optional
-        default database; extras ``ssl``, ``ssl_ca``, ``server_id_range``).
+        default database; extras ``ssl`` (``preferred``, ``required`` or ``disabled``; old true/false
+        values still work), ``ssl_ca``, ``server_id_range``).
     """
 
     conn_name_attr = "mysql_cdc_conn_id"
@@ -87,15 +150,25 @@ class MySqlCdcHook(BaseHook):
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:
-        """Form widgets for the custom extras (Airflow 2 style UI; Airflow 3 reads ``conn-fields``)."""
+        """Form widgets for the custom extras (Airflow 2 style UI; Airflow 3 reads ``conn-fields``).
+
+        ``ssl`` is a three-way select (preferred / required / disabled), a StringField underneath
+        because Airflow refuses other field classes.
+        """
         try:
             from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
             from flask_babel import lazy_gettext
-            from wtforms import BooleanField, StringField
+            from wtforms import StringField
         except ImportError:  # Airflow 3 without the FAB provider: conn-fields in provider info apply
             return {}
         return {
-            "ssl": BooleanField(lazy_gettext(CONN_FIELDS["ssl"]["label"]), default=False),
+            "ssl": StringField(
+                lazy_gettext(CONN_FIELDS["ssl"]["label"]),
+                widget=_SslSelectWidget(),
+                validators=[_validate_ssl],
+                default=SSL_PREFERRED,
+                description=" / ".join(SSL_MODES.values()),
+            ),
             "ssl_ca": StringField(lazy_gettext(CONN_FIELDS["ssl_ca"]["label"]), widget=BS3TextFieldWidget()),
             "server_id_range": StringField(
                 lazy_gettext(CONN_FIELDS["server_id_range"]["label"]),

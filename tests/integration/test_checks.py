@@ -63,7 +63,13 @@ def test_binlog_off(private_server: MariaDBServer) -> None:
     assert _codes(report) == ["log_bin"]
     msg = report.problems[0].message
     assert "log_bin=OFF" in msg
-    assert "--log-bin" in msg and "binlog_format=ROW" in msg and "restart" in msg
+    # every setting CDC needs, named at once: the DBA restarts the server a single time
+    for setting in (
+        "log_bin=mysql-bin", "binlog_format=ROW", "binlog_row_image=FULL", "binlog_row_metadata=FULL", "server_id=1",
+    ):
+        assert setting in msg, setting
+    assert "--log-bin=mysql-bin" in msg and "--binlog-row-metadata=FULL" in msg
+    assert "restart the server once" in msg
     assert not report.ok
     assert report.offset is None
     assert msg in report.summary()
@@ -311,3 +317,236 @@ def test_cli_wrong_password_in_uri(mariadb: MariaDBServer, tmp_path: Path) -> No
     res = _run_cli(uri, tmp_path, "check")
     assert res.returncode == 1
     assert "refused login" in res.stderr and "password" in res.stderr
+
+
+# ------------------------------------------------------------------ cascading foreign keys
+@pytest.fixture
+def fk_tables(mariadb: MariaDBServer, db: str) -> str:
+    """Children of every referential action, and Sakila's payment → rental (ON DELETE SET NULL)."""
+    mariadb.execute(
+        "CREATE TABLE parent (id INT NOT NULL PRIMARY KEY)",
+        "CREATE TABLE child_cascade (id INT NOT NULL PRIMARY KEY, parent_id INT NOT NULL, CONSTRAINT fk_cascade "
+        "FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE ON UPDATE CASCADE)",
+        "CREATE TABLE child_set_null (id INT NOT NULL PRIMARY KEY, parent_id INT NULL, CONSTRAINT fk_set_null "
+        "FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE SET NULL)",
+        # MariaDB's InnoDB parses SET DEFAULT but stores RESTRICT (asserted below)
+        "CREATE TABLE child_set_default (id INT NOT NULL PRIMARY KEY, parent_id INT NOT NULL DEFAULT 0, "
+        "CONSTRAINT fk_set_default FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE SET DEFAULT)",
+        "CREATE TABLE child_restrict (id INT NOT NULL PRIMARY KEY, parent_id INT NOT NULL, CONSTRAINT fk_restrict "
+        "FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE RESTRICT ON UPDATE NO ACTION)",
+        # as in Sakila
+        "CREATE TABLE rental (rental_id INT NOT NULL PRIMARY KEY, rental_date DATETIME NOT NULL)",
+        "CREATE TABLE payment (payment_id SMALLINT UNSIGNED NOT NULL PRIMARY KEY, rental_id INT DEFAULT NULL, "
+        "amount DECIMAL(5,2) NOT NULL, KEY fk_payment_rental (rental_id), CONSTRAINT fk_payment_rental "
+        "FOREIGN KEY (rental_id) REFERENCES rental (rental_id) ON DELETE SET NULL ON UPDATE CASCADE)",
+        "INSERT INTO rental VALUES (1, '2005-05-24 22:53:30'), (2, '2005-05-24 22:54:33')",
+        "INSERT INTO payment VALUES (1, 1, 2.99), (2, 2, 0.99)",
+        database=db,
+    )
+    return db
+
+
+_FK_TABLES = ["parent", "child_cascade", "child_set_null", "child_set_default", "child_restrict", "rental", "payment"]
+
+
+def test_cascading_foreign_keys_are_warnings_not_problems(cdc_settings: ConnectionSettings, fk_tables: str) -> None:
+    db = fk_tables
+    report = _check(cdc_settings, [f"{db}.{t}" for t in _FK_TABLES])
+    assert report.ok and report.problems == [], report.summary()
+    by_table: dict[str, list[str]] = {}
+    for w in report.warnings:
+        assert w.code == "cascading_foreign_key"
+        by_table.setdefault(str(w.table), []).append(w.message)
+    # only children of engine-applied actions; never a parent, RESTRICT / NO ACTION, or MariaDB's SET DEFAULT
+    assert sorted(by_table) == [f"{db}.child_cascade", f"{db}.child_set_null", f"{db}.payment"]
+    assert by_table[f"{db}.payment"] == [
+        f"{db}.payment.fk_payment_rental: ON DELETE SET NULL from {db}.rental — the engine sets "
+        f"{db}.payment.rental_id to NULL without a binlog row event; the lake keeps the old value "
+        '(see the README, "Foreign keys with cascading actions", for the choices)',
+        f"{db}.payment.fk_payment_rental: ON UPDATE CASCADE from {db}.rental — the engine changes "
+        f"{db}.payment.rental_id to the parent's new key without a binlog row event; the lake keeps the old value "
+        '(see the README, "Foreign keys with cascading actions", for the choices)',
+    ]
+    cascade = by_table[f"{db}.child_cascade"]
+    assert len(cascade) == 2
+    assert cascade[0].startswith(f"{db}.child_cascade.fk_cascade: ON DELETE CASCADE from {db}.parent — ")
+    assert f"the engine deletes {db}.child_cascade rows without a binlog row event; the lake keeps them" in cascade[0]
+    assert cascade[1].startswith(f"{db}.child_cascade.fk_cascade: ON UPDATE CASCADE from {db}.parent — ")
+    (set_null,) = by_table[f"{db}.child_set_null"]
+    assert f"ON DELETE SET NULL from {db}.parent" in set_null and f"{db}.child_set_null.parent_id to NULL" in set_null
+    # SET DEFAULT: MariaDB 10.11's InnoDB accepts the syntax and silently keeps RESTRICT, so nothing diverges
+    assert "ON DELETE" not in _show_create(cdc_settings, f"{db}.child_set_default")
+    # the warnings travel in the JSON form and the summary, and do not turn the report into a failure
+    d = report.to_dict()
+    assert d["ok"] is True and d["problems"] == []
+    assert [w["message"] for w in d["warnings"]] == [w.message for w in report.warnings]
+    summary = report.summary()
+    assert summary.startswith("source OK") and "5 warning(s):" in summary
+    assert all(w.message in summary for w in report.warnings)
+
+
+def _show_create(settings: ConnectionSettings, table: str) -> str:
+    with settings.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SHOW CREATE TABLE {table}")
+        return str(cur.fetchone()[1])
+
+
+def _fk_rules(settings: ConnectionSettings, db: str, constraint: str) -> list[tuple[Any, ...]]:
+    with settings.connect() as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT DELETE_RULE, UPDATE_RULE FROM information_schema.REFERENTIAL_CONSTRAINTS "
+            "WHERE CONSTRAINT_SCHEMA = %s AND CONSTRAINT_NAME = %s",
+            (db, constraint),
+        )
+        return list(cur.fetchall())
+
+
+def test_rules_are_read_the_same_with_a_privilege_beyond_select(partial_user: Any, fk_tables: str) -> None:
+    """MariaDB hides REFERENTIAL_CONSTRAINTS from a SELECT-only user (the CDC user: the rules then come
+    from SHOW CREATE TABLE) and shows it to one with REFERENCES: both paths give the same warnings."""
+    tables = [f"{fk_tables}.{t}" for t in _FK_TABLES]
+    select_only = partial_user("SELECT, REPLICATION SLAVE, BINLOG MONITOR")
+    with_references = partial_user("SELECT, REFERENCES, REPLICATION SLAVE, BINLOG MONITOR")
+    assert _fk_rules(select_only, fk_tables, "fk_payment_rental") == []
+    assert _fk_rules(with_references, fk_tables, "fk_payment_rental") == [("SET NULL", "CASCADE")]
+    hidden, shown = _check(select_only, tables), _check(with_references, tables)
+    assert hidden.ok and shown.ok
+    assert len(hidden.warnings) == 5
+    assert hidden.warnings == shown.warnings
+
+
+def test_child_is_warned_when_its_parent_is_not_captured(cdc_settings: ConnectionSettings, fk_tables: str) -> None:
+    report = _check(cdc_settings, [f"{fk_tables}.payment"])
+    assert report.ok
+    assert [w.table for w in report.warnings] == [f"{fk_tables}.payment"] * 2
+    assert _check(cdc_settings, [f"{fk_tables}.rental"]).warnings == []  # the parent alone does not diverge
+
+
+def test_the_binlog_really_misses_the_cascaded_change(mariadb: MariaDBServer, fk_tables: str) -> None:
+    """The premise of the warning, on the real server: deleting a rental NULLs payment.rental_id in the
+    engine, and the binlog holds row events for rental only."""
+    db = fk_tables
+    file, pos = mariadb.query("SHOW MASTER STATUS")[0][:2]
+    mariadb.execute("DELETE FROM rental WHERE rental_id = 1", database=db)
+    assert mariadb.query("SELECT payment_id, rental_id FROM payment ORDER BY 1", database=db) == [(1, None), (2, 2)]
+    names: dict[str, str] = {}
+    changed: set[str] = set()
+    for event in mariadb.query(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos}"):
+        kind, info = event[2], str(event[5])
+        if kind == "Table_map":
+            table_id, _, name = info.removeprefix("table_id: ").partition(" ")
+            names[table_id] = name.strip("()")
+        elif kind.startswith(("Write_rows", "Update_rows", "Delete_rows")):
+            changed.add(names[info.removeprefix("table_id: ").split(" ")[0]])
+    assert changed == {f"{db}.rental"}
+
+
+class _FakeConn:
+    """Answers the foreign-key queries from canned rows (cases MariaDB 10.11 cannot produce)."""
+
+    def __init__(self, answers: dict[str, list[tuple[Any, ...]]] | Exception):
+        self.answers = answers
+        self.rows: list[tuple[Any, ...]] = []
+
+    def cursor(self) -> _FakeConn:
+        return self
+
+    def __enter__(self) -> _FakeConn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, sql: str, args: Any = None) -> None:
+        if isinstance(self.answers, Exception):
+            raise self.answers
+        key = next(k for k in ("KEY_COLUMN_USAGE", "REFERENTIAL_CONSTRAINTS", "SHOW CREATE TABLE") if k in sql)
+        self.rows = self.answers.get(key, [])
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self.rows
+
+    def fetchone(self) -> tuple[Any, ...]:
+        return self.rows[0]
+
+
+def test_set_default_hidden_rules_and_unreadable_foreign_keys_without_a_server() -> None:
+    """SET DEFAULT (MySQL's InnoDB refuses it, MariaDB's stores RESTRICT), rules read from SHOW CREATE
+    TABLE under ANSI_QUOTES and with a quoted name, and a failing information_schema read."""
+    from airflow_provider_mysqlcdc.source.checks import cascading_fk_warnings
+
+    columns = [("fk_c", "other", "p", "a"), ("fk_c", "other", "p", "b")]
+    (w,) = cascading_fk_warnings(
+        _FakeConn({"KEY_COLUMN_USAGE": columns, "REFERENTIAL_CONSTRAINTS": [("fk_c", "SET DEFAULT", "RESTRICT")]}),
+        ["s.c", "not-a-table-name"],
+    )
+    assert w.table == "s.c" and w.code == "cascading_foreign_key"
+    assert w.message.startswith("s.c.fk_c: ON DELETE SET DEFAULT from other.p — the engine sets s.c.a, s.c.b to its ")
+
+    ddl = (
+        'CREATE TABLE "c" (\n  "a" int(11) DEFAULT NULL,\n'
+        '  CONSTRAINT "fk ""q""" FOREIGN KEY ("a") REFERENCES "p" ("id") ON UPDATE SET NULL,\n'
+        '  CONSTRAINT "fk_r" FOREIGN KEY ("a") REFERENCES "p" ("id")\n) ENGINE=InnoDB'
+    )
+    hidden = _FakeConn({
+        "KEY_COLUMN_USAGE": [('fk "q"', "s", "p", "a"), ("fk_r", "s", "p", "a")],
+        "REFERENTIAL_CONSTRAINTS": [],  # hidden from a SELECT-only user
+        "SHOW CREATE TABLE": [("c", ddl)],
+    })
+    (u,) = cascading_fk_warnings(hidden, ["s.c"])
+    assert u.message.startswith('s.c.fk "q": ON UPDATE SET NULL from s.p — the engine sets s.c.a to NULL')
+
+    (e,) = cascading_fk_warnings(_FakeConn(pymysql.err.OperationalError(1142, "SELECT command denied")), ["s.c"])
+    assert e.code == "foreign_keys_unreadable" and "SELECT command denied" in e.message
+    assert cascading_fk_warnings(_FakeConn({}), []) == []
+
+
+def test_cli_check_prints_the_warnings_and_exits_0(mariadb: MariaDBServer, fk_tables: str, tmp_path: Path) -> None:
+    tables = f"{fk_tables}.rental,{fk_tables}.payment"
+    res = _run_cli(mariadb.airflow_conn_json(), tmp_path, "check", "--tables", tables)
+    assert res.returncode == 0, res.stderr
+    assert "source OK" in res.stdout and "2 warning(s):" in res.stdout
+    assert f"{fk_tables}.payment.fk_payment_rental: ON DELETE SET NULL from {fk_tables}.rental" in res.stdout
+    as_json = _run_cli(mariadb.airflow_conn_json(), tmp_path, "check", "--json", "--tables", tables)
+    assert as_json.returncode == 0, as_json.stderr
+    d = json.loads(as_json.stdout)
+    assert d["ok"] is True and d["problems"] == []
+    assert [(w["code"], w["table"]) for w in d["warnings"]] == [("cascading_foreign_key", f"{fk_tables}.payment")] * 2
+    assert "ON DELETE SET NULL" in d["warnings"][0]["message"]
+    # plan: the JSON plan on stdout stays clean, the warnings go to stderr
+    plan = _run_cli(mariadb.airflow_conn_json(), tmp_path, "plan", "--tables", tables, "--chunk-size", "1")
+    assert plan.returncode == 0, plan.stderr
+    assert {d["table"] for d in json.loads(plan.stdout)} == {f"{fk_tables}.rental", f"{fk_tables}.payment"}
+    assert "fk_payment_rental: ON DELETE SET NULL" in plan.stderr
+
+
+def test_plan_operator_logs_the_warnings_and_plans(
+    fk_tables: str, airflow_conn_env: str, tmp_path: Path
+) -> None:
+    from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
+
+    tables = [f"{fk_tables}.rental", f"{fk_tables}.payment"]
+    op = MySqlCdcPlanOperator(
+        task_id="plan", pipeline_id="fk", sink_root=str(tmp_path / "sink"), state_root=str(tmp_path / "state"),
+        tables=tables,
+    )
+    logged: list[tuple[str, str]] = []
+
+    class Log:
+        def info(self, msg: str, *args: Any) -> None:
+            logged.append(("info", msg % args))
+
+        def warning(self, msg: str, *args: Any) -> None:
+            logged.append(("warning", msg % args))
+
+    class TI:
+        def xcom_push(self, key: str, value: Any) -> None:
+            pass
+
+    op._cached_logger = Log()  # type: ignore[assignment]
+    groups = op.execute({"ti": TI(), "run_id": "manual__fk"})
+    assert groups  # the warnings do not stop the plan
+    warned = [m for level, m in logged if level == "warning" and "fk_payment_rental" in m]
+    assert [m.split(":", 1)[0] for m in warned] == ["source check warning"] * 2
+    assert f"ON DELETE SET NULL from {fk_tables}.rental" in warned[0]
+    assert f"ON UPDATE CASCADE from {fk_tables}.rental" in warned[1]
