@@ -1,10 +1,13 @@
 """Pipeline parameters: what a DAG run (or the CLI) asks for, validated before anything runs.
 
 The example DAG's Params are validated by JSON schema in the trigger form; this module checks the
-same things again — and the things a schema cannot say (``backfill_tables`` must be among
+same things again — and the things a schema cannot say (``resnapshot_tables`` must be among
 ``tables``, a specific offset needs a file and a position) — because operators are also used with
 templated values, from other DAGs and from the CLI. Every problem is reported at once, each with
 the value that was given and what to give instead. Pure: no Airflow, no connections.
+
+``backfill_tables`` is the old name of ``resnapshot_tables`` (it collided with Airflow's own
+"backfill" of date ranges): still accepted, with a deprecation note in :attr:`PipelineConfig.notes`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.state import check_pipeline_id
 
 STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only")
+#: Below this chunk size, or above MAX_CHUNKS_PER_TABLE chunks for one table, a plan is refused
+#: unless allow_large_plan is set: each chunk costs a query and bookkeeping, each group a Spark
+#: application, so such a plan is almost always a typo (chunk_size 1) and takes hours.
+MIN_CHUNK_SIZE = 100
+MAX_CHUNKS_PER_TABLE = 10_000
 STREAM_MODES = ("detached", "attached")
 DEFAULT_CHUNKS_PER_TASK = 64
 
@@ -44,9 +52,12 @@ class PipelineConfig:
     chunks_per_task: int = DEFAULT_CHUNKS_PER_TASK
     startup_mode: str = "initial"
     specific_offset: dict[str, Any] | None = None
-    backfill_tables: list[str] = field(default_factory=list)
+    resnapshot_tables: list[str] = field(default_factory=list)
     skip_backfill: bool = False
     chunk_key_columns: dict[str, list[str]] = field(default_factory=dict)
+    takeover_tables: list[str] = field(default_factory=list)
+    allow_large_plan: bool = False
+    notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,24 +95,44 @@ class PipelineConfig:
         tables = _table_list("tables", params.get("tables"), problems)
         if not tables and not any(p.startswith("tables") for p in problems):
             problems.append("tables is empty: list at least one <database>.<table>, e.g. [\"shop.orders\"]")
-        backfill = _table_list("backfill_tables", params.get("backfill_tables") or [], problems)
-        unknown = [t for t in backfill if t not in tables]
+        notes: list[str] = []
+        resnapshot = _table_list("resnapshot_tables", params.get("resnapshot_tables") or [], problems)
+        legacy = _table_list("backfill_tables", params.get("backfill_tables") or [], problems)
+        if legacy:
+            notes.append(
+                f"backfill_tables is deprecated (it collides with Airflow's own backfill of date ranges): use "
+                f"resnapshot_tables={legacy} instead"
+            )
+            resnapshot += [t for t in legacy if t not in resnapshot]
+        unknown = [t for t in resnapshot if t not in tables]
         if unknown:
             problems.append(
-                f"backfill_tables {unknown} are not in tables {tables}: a table is re-snapshotted only if it is "
+                f"resnapshot_tables {unknown} are not in tables {tables}: a table is re-snapshotted only if it is "
                 "captured; add it to tables as well"
             )
+        takeover = _table_list("takeover_tables", params.get("takeover_tables") or [], problems)
+        unknown = [t for t in takeover if t not in tables]
+        if unknown:
+            problems.append(f"takeover_tables {unknown} are not in tables {tables}: add them to tables as well")
+        allow_large = _bool("allow_large_plan", params.get("allow_large_plan", False), problems)
 
         chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
+        if chunk_size is not None and chunk_size < MIN_CHUNK_SIZE and not allow_large:
+            problems.append(
+                f"chunk_size {chunk_size} is below {MIN_CHUNK_SIZE} rows: every chunk costs a query and its "
+                f"bookkeeping, so a 1M-row table would make {1_000_000 // chunk_size:,} chunks. Use a chunk_size of "
+                f"{MIN_CHUNK_SIZE} or more (the default is {DEFAULT_CHUNK_SIZE}), or set allow_large_plan=true if "
+                "you mean it"
+            )
         chunks_per_task = _int(
             "chunks_per_task", params.get("chunks_per_task", DEFAULT_CHUNKS_PER_TASK), 1, 100_000, problems
         )
         mode = params.get("startup_mode") or "initial"
         if mode not in STARTUP_MODES:
             problems.append(f"startup_mode {mode!r} is not one of {list(STARTUP_MODES)}")
-        if backfill and mode not in ("initial", "snapshot-only"):
+        if resnapshot and mode not in ("initial", "snapshot-only"):
             problems.append(
-                f"backfill_tables needs startup_mode 'initial' or 'snapshot-only' (a backfill is a snapshot), "
+                f"resnapshot_tables needs startup_mode 'initial' or 'snapshot-only' (a re-snapshot is a snapshot), "
                 f"got {mode!r}"
             )
         offset = params.get("specific_offset") or None
@@ -122,11 +153,7 @@ class PipelineConfig:
                 offset = {"file": str(offset["file"]), "pos": pos}
         else:
             offset = None
-        skip_backfill = params.get("skip_backfill", False)
-        if isinstance(skip_backfill, str) and skip_backfill.lower() in ("true", "false"):
-            skip_backfill = skip_backfill.lower() == "true"
-        if not isinstance(skip_backfill, bool):
-            problems.append(f"skip_backfill must be true or false, got {skip_backfill!r}")
+        skip_backfill = _bool("skip_backfill", params.get("skip_backfill", False), problems)
         ck = params.get("chunk_key_columns") or {}
         if isinstance(ck, str):
             try:
@@ -150,9 +177,12 @@ class PipelineConfig:
             chunks_per_task=int(chunks_per_task),  # type: ignore[arg-type]
             startup_mode=str(mode),
             specific_offset=offset,
-            backfill_tables=backfill,
+            resnapshot_tables=resnapshot,
             skip_backfill=bool(skip_backfill),
             chunk_key_columns={_norm_table(k): list(v) for k, v in ck.items()},
+            takeover_tables=takeover,
+            allow_large_plan=bool(allow_large),
+            notes=notes,
         )
 
 
@@ -182,6 +212,17 @@ def _table_list(name: str, value: Any, problems: list[str]) -> list[str]:
         if t not in out:
             out.append(t)
     return out
+
+
+def _bool(name: str, value: Any, problems: list[str]) -> bool:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        problems.append(f"{name} must be true or false, got {value!r}")
+        return False
+    return value
 
 
 def _int(name: str, value: Any, minimum: int, maximum: int | None, problems: list[str]) -> int | None:

@@ -1,20 +1,24 @@
 """The steps of a pipeline run, shared by the operators and the CLI: plan it, then finalize it.
 
 **Plan** (``plan_run``) checks the source, reads what the pipeline already captures (the stream
-manifest) and decides per table: snapshot it (new table, or asked for a backfill), start it at an
-offset (``latest-offset`` / ``specific-offset``), or leave it alone (already captured — never
-re-read). For a backfill a running stream is stopped gracefully first (the table it writes is about
-to be replaced); for new tables it keeps running, so the captured tables stay current meanwhile.
+manifest) and decides per table: snapshot it (new table, or asked for a re-snapshot), start it at
+an offset (``latest-offset`` / ``specific-offset``), or leave it alone (already captured — never
+re-read). It refuses plans out of proportion (tiny chunks, more than ``MAX_CHUNKS_PER_TABLE``
+chunks) and tables whose Delta table another pipeline owns. The stream keeps running meanwhile, so
+the captured tables stay current while new or re-snapshotted ones are read (a re-snapshot is staged
+and swapped in whole at the end; the stream writes the old table until then).
 
 **Finalize** (``finalize_run``) runs after every snapshot group: it builds the new tables' manifest
-entries from the chunk results (refusing if any chunk lacks one), stops the stream (its committed
-offset is P), swaps re-snapshotted tables into the sink in one commit each, and merges the entries
-into the stream manifest. If every new chunk's high watermark is >= P the stream resumes from its
-checkpoint (DESIGN §3 "Add a table / backfill"). Otherwise — the stream ran on while the new
-tables were snapshotted — it starts a new *generation* from min(P, new HWs) with a checkpoint and a
-Delta transaction app id of its own, and every chunk of the tables it already captured gets HW =
-max(HW, P): their changes before P, already applied, are filtered out, and none after P is missed;
-the new tables' changes pass from their own HWs. Both steps are idempotent, so retries are safe.
+entries from the chunk results (refusing if any chunk lacks one), pauses the stream after its
+running batch (its committed offset is P; the Spark application stays up), swaps re-snapshotted
+tables into the sink in one commit each, merges the entries into the stream manifest and resumes
+the stream, which restarts its query with the new manifest — a pause of seconds, not a restart. If
+every new chunk's high watermark is >= P the stream resumes from its checkpoint. Otherwise — the
+stream ran on while the new tables were snapshotted — it starts a new *generation* from min(P, new
+HWs) with a checkpoint and a Delta transaction app id of its own, and every chunk of the tables it
+already captured gets HW = max(HW, P): their changes before P, already applied, are filtered out,
+and none after P is missed; the new tables' changes pass from their own HWs. Both steps are
+idempotent, so retries are safe.
 
 State store layout used here (besides ``state.py``'s)::
 
@@ -36,7 +40,7 @@ from airflow_provider_mysqlcdc.cdc import types as cdc_types
 from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit
-from airflow_provider_mysqlcdc.config import PipelineConfig
+from airflow_provider_mysqlcdc.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
 from airflow_provider_mysqlcdc.sinks.base import StagedFile
 from airflow_provider_mysqlcdc.source import server as source_server
 from airflow_provider_mysqlcdc.source.checks import SourceCheckError, check_source
@@ -46,9 +50,12 @@ from airflow_provider_mysqlcdc.source.splitter import load_collations
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
     MANIFEST,
+    RELOAD,
+    RUN,
     SCHEMA_CHANGE,
     checkpoint_offset,
-    request_stop,
+    pause_stream,
+    resume_stream,
     stream_state,
 )
 from airflow_provider_mysqlcdc.stream.manifest import (
@@ -61,6 +68,8 @@ from airflow_provider_mysqlcdc.stream.manifest import (
 log = logging.getLogger(__name__)
 
 PLAN_POINTER = "current_plan.json"
+#: Airflow's default ``[core] max_map_length``: a plan with more groups could not be mapped.
+MAX_MAPPED_GROUPS = 1024
 
 
 class PipelineStateError(RuntimeError):
@@ -81,7 +90,7 @@ class PlanOutcome:
     groups: list[dict[str, Any]]  # small descriptors, one per split group, for task mapping
     snapshot_tables: list[str]
     offset_tables: list[str]
-    backfill_tables: list[str]
+    resnapshot_tables: list[str]
     unchanged_tables: list[str]
     chunks: int = 0
     stopped_stream: dict[str, Any] | None = None
@@ -94,7 +103,7 @@ class PlanOutcome:
             "chunks": self.chunks,
             "snapshot_tables": self.snapshot_tables,
             "offset_tables": self.offset_tables,
-            "backfill_tables": self.backfill_tables,
+            "resnapshot_tables": self.resnapshot_tables,
             "unchanged_tables": self.unchanged_tables,
             "stopped_stream": bool(self.stopped_stream and self.stopped_stream.get("stopped")),
             "notes": self.notes,
@@ -113,18 +122,26 @@ def plan_run(
     plan_id: str,
     sink_exists: Callable[[str], bool],
     stop_timeout: float = 300.0,
+    table_owner: Callable[[str], str | None] | None = None,
+    airflow_run_id: str | None = None,
 ) -> PlanOutcome:
-    """Check, decide, stop the stream if needed, split, and record the plan. See the module doc."""
+    """Check, decide, split, and record the plan. See the module doc.
+
+    ``table_owner`` tells which pipeline owns an existing Delta table (``DeltaSink.owner_of``);
+    ``airflow_run_id`` is recorded in the plan so a plan can be matched to its DAG run.
+    """
     report = check_source(conn, config.tables, config.chunk_key_columns)
     if not report.ok:
         raise SourceCheckError(report)
     manifest = read_manifest(store)
     captured = set(manifest["tables"]) if manifest else set()
     new = [t for t in config.tables if t not in captured]
-    backfill = [t for t in config.backfill_tables if t in captured]
-    notes = [
-        f"{t} is in backfill_tables but not captured yet: it is snapshotted as a new table"
-        for t in config.backfill_tables
+    _check_owners(config, new, table_owner)
+    backfill = [t for t in config.resnapshot_tables if t in captured]
+    # the check's warnings (e.g. tables the engine changes without a binlog event) reach the log
+    notes = [f"source check warning: {w.message}" for w in report.warnings] + list(config.notes) + [
+        f"{t} is in resnapshot_tables but not captured yet: it is snapshotted as a new table"
+        for t in config.resnapshot_tables
         if t not in captured
     ]
     if manifest:
@@ -137,21 +154,15 @@ def plan_run(
     offset_tables = [] if config.snapshots else new
     unchanged = [t for t in config.tables if t not in snapshot_tables and t not in offset_tables]
 
-    # A re-snapshot replaces a table the stream writes to: stop the stream before its watermarks
-    # are taken. New tables do not need that: the stream keeps the captured tables current while
-    # they are snapshotted, and finalize_run hands them over (see there).
+    # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
+    # hand-over only (a re-snapshot is swapped in whole there, while the stream is paused).
     stopped = None
-    if backfill and config.snapshots:
-        st = stream_state(store)
-        if st["running"]:
-            log.info("stopping the running stream before %s is re-snapshotted", backfill)
-            stopped = request_stop(store, timeout=stop_timeout)
-
     record: dict[str, Any] = {"tables": {}, "groups": [], "collations": {}, "methods": {}}
     if snapshot_tables:
         plan = plan_snapshot(
             conn, snapshot_tables, config.chunk_size, config.chunks_per_task, config.chunk_key_columns
         )
+        _check_proportions(plan, config)
         record = plan.to_dict()
         groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
         chunks = len(plan.splits)
@@ -193,7 +204,9 @@ def plan_run(
             "plan_id": plan_id,
             "created_at": time.time(),
             "snapshot_tables": snapshot_tables,
-            "backfill_tables": backfill,
+            "resnapshot_tables": backfill,
+            "takeover_tables": [t for t in config.takeover_tables if t in snapshot_tables],
+            "airflow_run_id": airflow_run_id,
             # A table whose Delta table already exists (a backfill, or an earlier run that failed
             # half-way) is swapped in one commit at the end, never committed group by group.
             "deferred_commit_tables": [t for t in snapshot_tables if sink_exists(t)],
@@ -205,8 +218,9 @@ def plan_run(
     store.write_plan(plan_id, record)
     store.write_json(
         PLAN_POINTER,
-        {"plan_id": plan_id, "tables": snapshot_tables + offset_tables, "finalized": False, "at": time.time()},
-    )
+        {"plan_id": plan_id, "tables": snapshot_tables + offset_tables, "finalized": False, "at": time.time(),
+         "airflow_run_id": airflow_run_id},
+    )  # fmt: skip
     for n in notes:
         log.warning(n)
     log.info(
@@ -214,6 +228,51 @@ def plan_run(
         plan_id, snapshot_tables or "nothing", chunks, len(groups), offset_tables or "none", unchanged or "none",
     )
     return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes)
+
+
+def _check_owners(
+    config: PipelineConfig, new: list[str], table_owner: Callable[[str], str | None] | None
+) -> None:
+    """Refuse tables whose Delta table another pipeline owns, unless they are taken over."""
+    if table_owner is None:
+        return
+    taken = {t: o for t in new if (o := table_owner(t)) not in (None, config.pipeline_id)}
+    refused = {t: o for t, o in taken.items() if t not in config.takeover_tables}
+    if refused:
+        owners = ", ".join(f"{t} (pipeline {o!r})" for t, o in refused.items())
+        raise PipelineStateError(
+            f"the Delta tables of {owners} under {config.sink_root} belong to another pipeline: two pipelines "
+            "writing one table overwrite each other's rows. Use another sink_root or pipeline_id, or take them "
+            f"over with takeover_tables={sorted(refused)} (they are re-snapshotted by {config.pipeline_id!r}; "
+            "the other pipeline's stream then stops at its next batch, naming the new owner)"
+        )
+    for t, o in taken.items():
+        log.warning("taking %s over from pipeline %s: it is re-snapshotted and swapped in by %s", t, o,
+                    config.pipeline_id)  # fmt: skip
+
+
+def _check_proportions(plan: Any, config: PipelineConfig) -> None:
+    """Refuse a plan whose chunk or group count is out of proportion (see config.MAX_CHUNKS_PER_TABLE)."""
+    per_table: dict[str, int] = {}
+    for sp in plan.splits:
+        per_table[sp.table] = per_table.get(sp.table, 0) + 1
+    problems = []
+    if not config.allow_large_plan:
+        for t, n in per_table.items():
+            if n > MAX_CHUNKS_PER_TABLE:
+                rows_est = n * config.chunk_size
+                need = -(-rows_est // MAX_CHUNKS_PER_TABLE)
+                problems.append(
+                    f"{t}: {n:,} chunks of {config.chunk_size:,} rows (limit {MAX_CHUNKS_PER_TABLE:,} per table): "
+                    f"raise chunk_size to {max(need, config.chunk_size * 2):,} or more, or set allow_large_plan=true"
+                )
+    if len(plan.groups) > MAX_MAPPED_GROUPS:
+        problems.append(
+            f"{len(plan.groups):,} split groups (one mapped snapshot task each) exceed Airflow's max_map_length "
+            f"({MAX_MAPPED_GROUPS:,}): raise chunks_per_task to {-(-len(plan.splits) // MAX_MAPPED_GROUPS):,} or more"
+        )
+    if problems:
+        raise PipelineStateError("the snapshot plan is out of proportion:\n  - " + "\n  - ".join(problems))
 
 
 def offset_manifest_entry(schema: TableSchema, key_columns: list[dict[str, Any]], offset: dict[str, Any]) -> dict:
@@ -224,7 +283,7 @@ def offset_manifest_entry(schema: TableSchema, key_columns: list[dict[str, Any]]
     split = SnapshotSplit(str(schema.table), 0, tuple(KeyColumn.from_dict(k) for k in key_columns), None, None)
     return {
         "schema": schema.to_dict(),
-        "primary_key": list(schema.primary_key),
+        "primary_key": schema.merge_key([k["name"] for k in key_columns]),
         "splits": [{**split.to_dict(), "high_watermark": dict(offset)}],
     }
 
@@ -261,6 +320,7 @@ class FinalizeOutcome:
     checkpoint_offset: dict[str, Any] | None
     tables: list[str]
     new_generation: int | None = None
+    reloaded: bool = False  # the running stream was paused and resumed with the new manifest
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -279,7 +339,14 @@ def finalize_run(
     record = store.read_plan(plan_id)
     if record.get("finalized"):
         log.info("plan %s was finalized before; the manifest is left as it is", plan_id)
+        pending = store.read_json(RELOAD) or {}
+        if pending.get("state") == "requested" and (store.read_json(RUN) or {}).get("state") == "paused":
+            # finalized, but the run died before it let the paused stream go on
+            resume_stream(store, pending["reload_id"], timeout=stop_timeout)
         return FinalizeOutcome(**record["finalize_outcome"])
+    # the tables this plan takes over from another pipeline may be swapped in by this sink
+    if hasattr(sink, "takeover"):
+        sink.takeover |= set(record.get("takeover_tables", []))
     groups = record.get("groups", [])
     if summaries is not None:
         seen = {int(s["group_id"]) for s in summaries if s}
@@ -300,11 +367,12 @@ def finalize_run(
         schema = TableSchema.from_dict(o["schema"])
         new_tables[t] = offset_manifest_entry(schema, o["key_columns"], o["offset"])
         collations.update(o.get("collations", {}))
-        sink.prepare_table(t, cdc_types.arrow_schema(schema), list(schema.primary_key))
+        sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t]["primary_key"])
 
+    paused: dict[str, Any] = {}
     if new_tables and stream_state(store)["running"]:
-        log.info("stopping the stream to hand %s over to it", sorted(new_tables))
-        request_stop(store, timeout=stop_timeout)
+        log.info("pausing the stream to hand %s over to it", sorted(new_tables))
+        paused = pause_stream(store, timeout=stop_timeout)
     ckpt = checkpoint_offset(store, old)
     handover: dict[str, Any] = {}
     if ckpt is not None and new_tables and old is not None:
@@ -343,7 +411,7 @@ def finalize_run(
             files,
             cdc_types.arrow_schema(schema),
             {"plan_id": plan_id, "re_snapshot": True},
-            primary_key=list(schema.primary_key),
+            primary_key=new_tables[t]["primary_key"] if t in new_tables else list(schema.primary_key),
         )
 
     manifest = merge_manifests(old, new_tables, collations) if new_tables else old
@@ -367,6 +435,11 @@ def finalize_run(
     pointer = store.read_json(PLAN_POINTER) or {}
     if pointer.get("plan_id") == plan_id:
         store.write_json(PLAN_POINTER, {**pointer, "finalized": True})
+    if paused.get("paused"):
+        t0 = time.monotonic()
+        resume_stream(store, paused["reload_id"], timeout=stop_timeout)
+        out.reloaded = True
+        log.info("the stream resumed with the new manifest in %.1fs", time.monotonic() - t0)
     log.info(
         "plan %s finalized: added %s, re-snapshotted %s; the stream captures %s",
         plan_id, out.added or "none", out.resnapshotted or "none", out.tables,

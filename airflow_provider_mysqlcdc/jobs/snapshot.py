@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             StateStore(args.state_root, args.pipeline_id),
             args.plan_id,
             args.group_id,
-            DeltaSink(args.sink_root),
+            DeltaSink(args.sink_root, owner=args.pipeline_id),
             SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size, reader=args.reader,
                             window_memory_mb=args.window_memory_mb, scratch_dir=args.scratch_dir),
         )

@@ -21,9 +21,9 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     Tables already captured by the pipeline are not re-read; new tables are snapshotted (or, with
     ``startup_mode`` ``latest-offset`` / ``specific-offset``, start at an offset);
-    ``backfill_tables`` are re-snapshotted (a running stream is stopped gracefully first: it writes
-    the table being replaced). New tables are snapshotted while the stream runs on; the stream
-    operator hands them over (``pipeline.finalize_run``).
+    ``resnapshot_tables`` are re-snapshotted (staged, then swapped in whole). New and re-snapshotted
+    tables are read while the stream runs on; the stream operator hands them over
+    (``pipeline.finalize_run``: the stream pauses for a few seconds, it is not restarted).
 
     Bad parameters and a source that is not ready (binlog off, STATEMENT format, missing
     privilege, unknown table, no primary key...) fail the task at once, with no retry, before any
@@ -38,8 +38,13 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param startup_mode: ``initial`` (snapshot + stream), ``snapshot-only``, ``latest-offset`` or
         ``specific-offset`` (new tables start at ``specific_offset`` with no snapshot)
     :param specific_offset: ``{"file": "mysql-bin.000042", "pos": 4}`` for ``specific-offset``
-    :param backfill_tables: captured tables to re-snapshot
-    :param chunk_key_columns: per table, chunk key columns other than the primary key
+    :param resnapshot_tables: captured tables to re-snapshot (``backfill_tables`` is the deprecated
+        old name, still accepted)
+    :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
+        without a primary key need one)
+    :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
+        re-snapshotted by this pipeline; the other pipeline's stream then refuses to write them)
+    :param allow_large_plan: allow a chunk size below 100 rows or more than 10,000 chunks per table
     :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
     """
@@ -53,9 +58,12 @@ class MySqlCdcPlanOperator(BaseOperator):
         "chunks_per_task",
         "startup_mode",
         "specific_offset",
+        "resnapshot_tables",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
+        "takeover_tables",
+        "allow_large_plan",
     )
     ui_color = "#e8f4fd"
 
@@ -70,9 +78,12 @@ class MySqlCdcPlanOperator(BaseOperator):
         chunks_per_task: int | str = DEFAULT_CHUNKS_PER_TASK,
         startup_mode: str = "initial",
         specific_offset: dict[str, Any] | str | None = None,
+        resnapshot_tables: list[str] | str | None = None,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
+        takeover_tables: list[str] | str | None = None,
+        allow_large_plan: bool | str = False,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
         stop_timeout: float = 300.0,
         **kwargs: Any,
@@ -86,9 +97,12 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.chunks_per_task = chunks_per_task
         self.startup_mode = startup_mode
         self.specific_offset = specific_offset
+        self.resnapshot_tables = resnapshot_tables
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
+        self.takeover_tables = takeover_tables
+        self.allow_large_plan = allow_large_plan
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
         self.stop_timeout = stop_timeout
 
@@ -102,9 +116,12 @@ class MySqlCdcPlanOperator(BaseOperator):
             chunks_per_task=self.chunks_per_task,
             startup_mode=self.startup_mode,
             specific_offset=self.specific_offset,
+            resnapshot_tables=self.resnapshot_tables,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,
+            takeover_tables=self.takeover_tables,
+            allow_large_plan=self.allow_large_plan,
         )
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
@@ -123,17 +140,19 @@ class MySqlCdcPlanOperator(BaseOperator):
         except PipelineConfigError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
-            "pipeline %s: tables %s, startup_mode %s, backfill %s, chunk_size %d, chunks_per_task %d",
-            config.pipeline_id, config.tables, config.startup_mode, config.backfill_tables or "none",
+            "pipeline %s: tables %s, startup_mode %s, re-snapshot %s, chunk_size %d, chunks_per_task %d",
+            config.pipeline_id, config.tables, config.startup_mode, config.resnapshot_tables or "none",
             config.chunk_size, config.chunks_per_task,
         )
         store = StateStore(config.state_root, config.pipeline_id)
-        sink = DeltaSink(config.sink_root)
-        plan_id = new_plan_id(context.get("run_id") if context else None)
+        sink = DeltaSink(config.sink_root, owner=config.pipeline_id)
+        run_id = context.get("run_id") if context else None
+        plan_id = new_plan_id(run_id)
         hook = MySqlCdcHook(self.mysql_cdc_conn_id)
         try:
             with hook.connection() as conn:
-                outcome = plan_run(conn, store, config, plan_id, sink.exists, self.stop_timeout)
+                outcome = plan_run(conn, store, config, plan_id, sink.exists, self.stop_timeout,
+                                   table_owner=sink.owner_of, airflow_run_id=run_id)  # fmt: skip
         except (SourceCheckError, SourceSchemaError, BinlogUnavailableError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
         for note in outcome.notes:

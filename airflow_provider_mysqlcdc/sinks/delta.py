@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,14 +41,78 @@ def _group_prefix(group_key: str) -> str:
     return f"{SNAPSHOT_DIR}/{group_key}/"
 
 
-class DeltaSink:
-    """``<root>/<db>/<table>`` Delta tables. ``root`` is a local path or a URL delta-rs understands."""
+#: Table property naming the pipeline that owns (writes) a Delta table.
+OWNER_PROPERTY = "mysqlcdc.pipeline"
 
-    def __init__(self, root: str, storage_options: dict[str, str] | None = None):
+
+class TableOwnedError(RuntimeError):
+    """A Delta table belongs to another pipeline; the message names it and the way to take it over."""
+
+
+class DeltaSink:
+    """``<root>/<db>/<table>`` Delta tables. ``root`` is a local path or a URL delta-rs understands.
+
+    ``owner`` is the pipeline writing through this sink: tables it creates record it in the table
+    property :data:`OWNER_PROPERTY`, and every write to a table another pipeline owns is refused
+    (two streams applying to one table would each overwrite the other's rows) unless the table is
+    in ``takeover`` — then the table becomes this pipeline's when its re-snapshot is swapped in.
+    Without ``owner`` (tests, tools) nothing is checked.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        storage_options: dict[str, str] | None = None,
+        owner: str | None = None,
+        takeover: Iterable[str] = (),
+    ):
         if not root:
             raise ValueError("sink_root is empty: give the directory or URL where Delta tables should go")
         self.root = str(root).rstrip("/")
         self.storage_options = storage_options or None
+        self.owner = owner
+        self.takeover = set(takeover)
+
+    # ------------------------------------------------------------------ ownership
+    def owner_of(self, table: str) -> str | None:
+        """The pipeline recorded as the table's owner (None: no table, or none recorded)."""
+        if not self.exists(table):
+            return None
+        return _recorded_owner(self.open(table))
+
+    def check_owner(self, table: str, dt: DeltaTable | None = None) -> None:
+        """Raise :class:`TableOwnedError` if another pipeline owns ``table`` and it is not taken over."""
+        if self.owner is None or table in self.takeover:
+            return
+        if dt is None:
+            if not self.exists(table):
+                return
+            dt = self.open(table)
+        recorded = _recorded_owner(dt)
+        if recorded is not None and recorded != self.owner:
+            raise TableOwnedError(
+                f"the Delta table of {table} ({self.table_uri(table)}) belongs to pipeline {recorded!r}; pipeline "
+                f"{self.owner!r} may not write it — two pipelines writing one table overwrite each other's rows. "
+                f"Use another sink_root, or take it over with takeover_tables=['{table}'] (it is re-snapshotted "
+                f"by {self.owner!r}; the stream of {recorded!r} then stops at its next batch with this message)"
+            )
+
+    def claim(self, table: str) -> bool:
+        """Record this sink's owner on ``table`` if it records another or none; True if it changed."""
+        if self.owner is None or not self.exists(table):
+            return False
+        for attempt in range(_COMMIT_ATTEMPTS):
+            dt = self.open(table)
+            if _recorded_owner(dt) == self.owner:
+                return False
+            try:
+                dt.alter.set_table_properties({OWNER_PROPERTY: self.owner}, raise_if_not_exists=False)
+            except CommitFailedError:  # a concurrent commit (another group): read again
+                time.sleep(min(0.05 * (attempt + 1), 1.0))
+                continue
+            log.info("%s: now owned by pipeline %s", table, self.owner)
+            return True
+        raise RuntimeError(f"could not record the owner of {table}: {_COMMIT_ATTEMPTS} attempts conflicted")
 
     def table_uri(self, table: str) -> str:
         db, _, name = table.partition(".")
@@ -80,6 +144,7 @@ class DeltaSink:
     # ------------------------------------------------------------------ snapshot
     def prepare_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
         if self.exists(table):
+            self.check_owner(table)
             return
         uri = self.table_uri(table)
         if self._is_local():
@@ -98,6 +163,9 @@ class DeltaSink:
             if not self.exists(table):
                 raise
             log.debug("table %s created concurrently (%s)", table, exc)
+        # delta-rs refuses unknown properties at creation but accepts them in an ALTER
+        self.check_owner(table)
+        self.claim(table)
 
     def replace_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
         """Empty ``table`` (one commit) so a re-snapshot starts clean; readers see old or new, never half."""
@@ -158,6 +226,7 @@ class DeltaSink:
             return removes, _add_actions(uri, [f for p, f in wanted.items() if p not in have], primary_key or [], now)
 
         version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True)
+        self.claim(table)  # a taken-over table is this pipeline's from its re-snapshot on
         if version is None:
             log.info("%s: already holds exactly the re-snapshot's %d files", table, len(wanted))
         else:
@@ -182,6 +251,7 @@ class DeltaSink:
         """
         for attempt in range(20):
             dt = self.open(table)
+            self.check_owner(table, dt)
             current = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
             have = dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
             removes, adds = actions(have, int(time.time() * 1000))
@@ -266,6 +336,7 @@ class DeltaSink:
         rerun = False  # True once this call recorded the batch id itself and must re-check the result
         for attempt in range(_COMMIT_ATTEMPTS):
             dt = self.open(table)
+            self.check_owner(table, dt)
             done = dt.transaction_version(app_id)
             if not rerun and done is not None and done >= version:
                 log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
@@ -367,6 +438,7 @@ class DeltaSink:
         """
         for attempt in range(_COMMIT_ATTEMPTS):
             dt = self.open(table)
+            self.check_owner(table, dt)
             current = _delta_arrow_schema(dt)
             added, widened, problems = _schema_diff(current, new_schema)
             if primary_key is not None:
@@ -474,6 +546,10 @@ class SchemaEvolution:
     @property
     def changed(self) -> bool:
         return bool(self.added or self.widened)
+
+
+def _recorded_owner(dt: DeltaTable) -> str | None:
+    return (dt.metadata().configuration or {}).get(OWNER_PROPERTY) or None
 
 
 def _delta_arrow_schema(dt: DeltaTable) -> pa.Schema:
@@ -686,4 +762,12 @@ def _stats_json(path: str, rows: int, primary_key: list[str]) -> str:
     return json.dumps(stats)
 
 
-__all__ = ["DeltaSink", "SchemaEvolution", "StagedFile", "TableNotFoundError", "UnsupportedSchemaChange"]
+__all__ = [
+    "OWNER_PROPERTY",
+    "DeltaSink",
+    "SchemaEvolution",
+    "StagedFile",
+    "TableNotFoundError",
+    "TableOwnedError",
+    "UnsupportedSchemaChange",
+]

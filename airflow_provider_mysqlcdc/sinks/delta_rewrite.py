@@ -209,6 +209,7 @@ def apply_folded_changes(
     t0 = time.monotonic()
     report = progress or (lambda phase, details: None)
     dt = sink.open(table)
+    sink.check_owner(table, dt)
     done = dt.transaction_version(app_id)
     if done is not None and done >= version:
         log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
@@ -241,6 +242,7 @@ def apply_folded_changes(
     for attempt in range(_COMMIT_ATTEMPTS):
         if attempt:
             dt = sink.open(table)
+            sink.check_owner(table, dt)
             done = dt.transaction_version(app_id)
             if done is not None and done >= version:
                 log.info("%s: batch %s/%s was applied concurrently; skipped", table, app_id, version)

@@ -161,6 +161,8 @@ def run_snapshot_group(
     # Re-snapshots (backfills) do not commit per group: the stream operator swaps the whole table
     # in one commit once every group has finished (DeltaSink.replace_with_files).
     deferred = set(raw_plan.get("deferred_commit_tables", []))
+    if hasattr(sink, "takeover"):  # tables this plan takes over from another pipeline
+        sink.takeover |= set(raw_plan.get("takeover_tables", []))
     groups = {g.group_id: g for g in plan.groups}
     if group_id not in groups:
         raise SnapshotError(f"plan {plan_id} has no split group {group_id} (it has {len(groups)} groups)")
@@ -296,7 +298,9 @@ def _prepare(
     for table in dict.fromkeys(s.table for s in splits):
         schema = plan.tables[table]
         all_splits = [s for s in plan.splits if s.table == table]
-        pk_key_cols = [KeyColumn(c.name, c.kind, c.collation) for c in schema.chunk_key(schema.primary_key or None)]
+        # the merge key: the primary key, or the chunk key of a table without one
+        merge_key = schema.merge_key(list(all_splits[0].key_names))
+        pk_key_cols = [KeyColumn(c.name, c.kind, c.collation) for c in schema.chunk_key(merge_key)]
         arrow_schema = cdc_types.arrow_schema(schema)
         w = _TableWork(
             table=table,

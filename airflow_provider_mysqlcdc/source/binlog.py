@@ -362,7 +362,7 @@ class BinlogRangeReader:
             return BinlogUnavailableError(
                 f"the source cannot stream the binlog from {self.position}: {text}. If the file was purged, the "
                 "changes after that point are lost to CDC: re-snapshot the affected tables (trigger the DAG with "
-                "backfill_tables, or startup_mode=initial) and raise the server's binlog retention "
+                "resnapshot_tables, or startup_mode=initial) and raise the server's binlog retention "
                 "(binlog_expire_logs_seconds / expire_logs_days); if the position is not a transaction boundary, "
                 "resume from a SHOW MASTER STATUS value or a reader's position"
             )
@@ -552,7 +552,7 @@ class BinlogRangeReader:
                     raise BinlogReadError(
                         f"the source logged an INCIDENT event at {file}:{log_pos - pkt.event_size}: changes around "
                         "it may be missing from the binlog, so CDC cannot be exact past it. Re-snapshot the captured "
-                        "tables (trigger the DAG with backfill_tables) from an offset after it"
+                        "tables (trigger the DAG with resnapshot_tables) from an offset after it"
                     )
                 # Other events this library does not know (e.g. heartbeat v2) may not carry a
                 # file position in their header: never a boundary.

@@ -132,6 +132,11 @@ class TableSchema:
             out.append(KeyColumn(col.name, kind, col.collation if kind == keys.STRING else None))
         return out
 
+    def merge_key(self, chunk_key_columns: list[str] | None = None) -> list[str]:
+        """The columns rows are merged by in the lake: the primary key, or — for a table without one
+        — its chunk key (which ``check_source`` requires to be covered by a UNIQUE index)."""
+        return list(self.primary_key) or [k.name for k in self.chunk_key(chunk_key_columns)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "table": str(self.table),

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import time
+import uuid
 from typing import Any
 
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
@@ -29,13 +30,17 @@ MANIFEST = "manifest.json"
 RUN = "stream/run.json"
 STOP_REQUEST = "stream/stop-request.json"
 HANDLE = "stream/handle.json"
+RELOAD = "stream/reload.json"  # a hand-over: pause after the running batch, resume with the new manifest
 STATUS = "stream/status.json"
 STAGED = "stream/staged"  # change blocks of large batches, on their way from the tasks to the driver
 SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and must follow
 CHECKPOINT = "checkpoint"
 HEARTBEAT_SECONDS = 5.0
 STALE_AFTER_SECONDS = 45.0
-LIVE_STATES = ("starting", "running", "stopping")
+LIVE_STATES = ("starting", "running", "stopping", "paused")
+#: How long a paused stream waits for the hand-over to finish before it stops itself (the run that
+#: paused it died half-way: the next run's stream operator restarts the stream).
+PAUSE_TIMEOUT_SECONDS = 1800.0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -82,6 +87,15 @@ class StreamRunRecorder:
         if force or time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
             self.write(committed_offset=None if committed is None else committed.to_dict())
 
+    def reload_requested(self) -> dict[str, Any] | None:
+        """A pending hand-over request addressed to this run (see :func:`pause_stream`), if any."""
+        req = self.store.read_json(RELOAD)
+        if not req or req.get("state") != "requested":
+            return None
+        if req.get("run_id") not in (None, self.run_id):
+            return None
+        return req
+
     def stop_requested(self) -> bool:
         req = self.store.read_json(STOP_REQUEST)
         if not req:
@@ -108,6 +122,12 @@ def stream_state(store: StateStore) -> dict[str, Any]:
         from airflow_provider_mysqlcdc.stream.failure import explain_lost_driver
 
         reason = explain_lost_driver(reason, status)
+    if not running and state in (*LIVE_STATES, "failed") and handle.get("log_path"):
+        from airflow_provider_mysqlcdc.stream.failure import last_error_in_log
+
+        found = last_error_in_log(handle["log_path"])
+        if found and found not in (reason or "") and found not in str(run.get("error") or ""):
+            reason = f"{reason or run.get('error') or 'the stream died'} — last error in its driver log: {found}"
     return {
         "running": running,
         "state": state if running or state not in LIVE_STATES else "lost",
@@ -176,6 +196,57 @@ def _force_stop(st: dict[str, Any]) -> None:
             if not any(p and _pid_alive(int(p)) for p in (st.get("pid"), st.get("launcher_pid"))):
                 return
             time.sleep(0.5)
+
+
+def pause_stream(store: StateStore, timeout: float = 300.0) -> dict[str, Any]:
+    """Ask the running stream to pause after its running batch, for a manifest hand-over.
+
+    The stream's Spark application stays up: after :func:`resume_stream` it restarts its query with
+    the new manifest in a second or two, instead of a ``spark-submit`` restart that leaves every
+    table unstreamed for tens of seconds. Returns ``{"paused": True, "reload_id", "committed_offset"}``
+    once the stream confirms; a stream that is not running gives ``{"paused": False}``, and one
+    that does not confirm in ``timeout`` is stopped instead (``{"paused": False, "stopped": True}``).
+    """
+    st = stream_state(store)
+    if not st["running"]:
+        return {"paused": False, "stopped": False}
+    reload_id = uuid.uuid4().hex[:12]
+    store.write_json(RELOAD, {"reload_id": reload_id, "run_id": st["run_id"], "state": "requested",
+                              "requested_at": time.time()})  # fmt: skip
+    log.info("asked stream %s (run %s) to pause after its running batch for a hand-over", store.pipeline_id,
+             st["run_id"])  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = store.read_json(RUN) or {}
+        if run.get("state") == "paused" and run.get("reload_id") == reload_id:
+            return {"paused": True, "reload_id": reload_id, "committed_offset": run.get("committed_offset")}
+        st = stream_state(store)
+        if not st["running"]:
+            store.delete(RELOAD)
+            return {"paused": False, "stopped": True, "state": st["state"]}
+        time.sleep(0.2)
+    log.warning("the stream did not pause within %.0fs: stopping it instead", timeout)
+    store.delete(RELOAD)
+    out = request_stop(store, timeout=timeout)
+    return {"paused": False, "stopped": True, "state": out.get("state")}
+
+
+def resume_stream(store: StateStore, reload_id: str, timeout: float = 300.0) -> dict[str, Any]:
+    """Let a paused stream restart its query with the current manifest; wait until it runs again."""
+    req = store.read_json(RELOAD) or {}
+    if req.get("reload_id") != reload_id:
+        raise RuntimeError(f"the hand-over {reload_id} is not pending any more (found {req or 'none'})")
+    store.write_json(RELOAD, {**req, "state": "ready", "ready_at": time.time()})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = store.read_json(RUN) or {}
+        if run.get("state") == "running" and run.get("reloaded") == reload_id:
+            return stream_state(store)
+        st = stream_state(store)
+        if not st["running"]:
+            raise RuntimeError(f"the stream did not resume after the hand-over: {st['state']} ({st['reason']})")
+        time.sleep(0.2)
+    raise TimeoutError(f"the stream did not resume within {timeout:.0f}s after the hand-over")
 
 
 def checkpoint_dir(store: StateStore, manifest: dict[str, Any] | None = None) -> str:

@@ -99,4 +99,28 @@ def explain_lost_driver(reason: str, status: dict[str, Any] | None) -> str:
     )
 
 
-__all__ = ["describe_batch", "explain_lost_driver", "explain_stream_failure", "jvm_gone"]
+_LOG_ERROR_MARKS = ("OutOfMemoryError", "Terminating due to", "error: ", "Error: ", "Exception: ", "Killed")
+
+
+def last_error_in_log(path: str, tail_bytes: int = 256 * 1024) -> str | None:
+    """The last line of a driver log that looks like the error that ended it (None if none).
+
+    A driver killed from outside (the OOM killer, ``kill -9``) records nothing itself; its log on
+    this host often still says why (the JVM's ``Terminating due to java.lang.OutOfMemoryError``).
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        text = line.strip()
+        if text and any(m in text for m in _LOG_ERROR_MARKS) and not text.startswith("at "):
+            return text[:400]
+    return None
+
+
+__all__ = ["describe_batch", "explain_lost_driver", "explain_stream_failure", "jvm_gone", "last_error_in_log"]

@@ -94,7 +94,7 @@ def build_manifest(plan: Any, chunk_results: Iterable[ChunkResult]) -> dict[str,
         splits = sorted(splits_by_table[name], key=lambda s: s.split_id)
         out_tables[name] = {
             "schema": schema.to_dict(),
-            "primary_key": list(schema.primary_key),
+            "primary_key": schema.merge_key(list(splits[0].key_names)),
             "splits": [{**s.to_dict(), "high_watermark": hw[(s.table, s.split_id)].to_dict()} for s in splits],
         }
     return {

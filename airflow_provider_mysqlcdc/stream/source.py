@@ -344,7 +344,7 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             raise BinlogUnavailableError(
                 f"binlog file {start.file} (the stream's offset {start}) has been purged from the source "
                 f"(oldest kept: {oldest}). The changes after that point are lost to CDC: re-snapshot the "
-                "captured tables (trigger the DAG with backfill_tables, or startup_mode=initial) and start "
+                "captured tables (trigger the DAG with resnapshot_tables, or startup_mode=initial) and start "
                 "the stream with a new checkpoint; raise the server's binlog retention "
                 "(binlog_expire_logs_seconds / expire_logs_days) so the stream's offset stays available"
             )

@@ -69,7 +69,7 @@ def run_dag(dag: Any, conf: dict[str, Any]) -> DagTestRun:
 
     The DAG is parsed afresh for every run: ``dag.test()`` writes the run's conf into the DAG
     object's params, so a second run of the same object would inherit the first run's values
-    (e.g. its ``backfill_tables``) for every param its conf does not set.
+    (e.g. its ``resnapshot_tables``) for every param its conf does not set.
     """
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel

@@ -113,7 +113,7 @@ def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_setti
     assert stream_state(store)["running"]
 
 
-def test_truncate_stops_the_stream_and_a_backfill_recovers(
+def test_truncate_stops_the_stream_and_a_resnapshot_recovers(
     streaming: Any, cdc_settings: Any, spark: Any
 ) -> None:
     from airflow_provider_mysqlcdc.config import PipelineConfig
@@ -127,7 +127,7 @@ def test_truncate_stops_the_stream_and_a_backfill_recovers(
     assert not th.is_alive()
     assert isinstance(th.error, StreamSchemaError), th.error
     msg = str(th.error)
-    assert "TRUNCATE" in msg and f"backfill_tables=['{table}']" in msg
+    assert "TRUNCATE" in msg and f"resnapshot_tables=['{table}']" in msg
     run = store.read_json("stream/run.json")
     assert run["state"] == "failed" and "TRUNCATE" in run["error"]
     # Stopped before the TRUNCATE: the sink still has the rows, nothing after the TRUNCATE applied,
@@ -143,11 +143,11 @@ def test_truncate_stops_the_stream_and_a_backfill_recovers(
     # The fix the message names: re-snapshot the table; the stream then resumes past the TRUNCATE.
     config = PipelineConfig.from_params(
         pipeline_id="ddl", sink_root=sink.root, state_root=store.state_root, tables=[table],
-        backfill_tables=[table], chunk_size=500, chunks_per_task=4,
+        resnapshot_tables=[table], chunk_size=500, chunks_per_task=4,
     )
     with cdc_settings.connect() as conn:
         outcome = plan_run(conn, store, config, "p2", sink.exists)
-    assert outcome.backfill_tables == [table]
+    assert outcome.resnapshot_tables == [table]
     for g in outcome.groups:
         run_snapshot_group(spark, cdc_settings, store, "p2", g["group_id"], sink)
     finalize_run(store, sink, "p2")

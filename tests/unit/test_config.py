@@ -13,23 +13,39 @@ def test_defaults_and_normalisation() -> None:
     c = PipelineConfig.from_params(**{**BASE, "tables": ["shop.orders", "`shop`.`items`", "shop.orders"]})
     assert c.tables == ["shop.orders", "shop.items"]
     assert c.startup_mode == "initial" and c.snapshots and c.streams
-    assert c.backfill_tables == [] and c.skip_backfill is False and c.start_offset() is None
+    assert c.resnapshot_tables == [] and c.skip_backfill is False and c.start_offset() is None
+    assert c.takeover_tables == [] and c.allow_large_plan is False and c.notes == []
 
 
 def test_templated_text_values_are_accepted() -> None:
     c = PipelineConfig.from_params(
         **{**BASE, "tables": "['shop.a', 'shop.b']", "chunk_size": "500", "chunks_per_task": "3",
-           "backfill_tables": "shop.a", "skip_backfill": "True"}
+           "resnapshot_tables": "shop.a", "skip_backfill": "True", "allow_large_plan": "false"}
     )
     assert c.tables == ["shop.a", "shop.b"] and c.chunk_size == 500 and c.chunks_per_task == 3
-    assert c.backfill_tables == ["shop.a"] and c.skip_backfill is True
+    assert c.resnapshot_tables == ["shop.a"] and c.skip_backfill is True and c.allow_large_plan is False
+
+
+def test_backfill_tables_is_the_deprecated_name_of_resnapshot_tables() -> None:
+    c = PipelineConfig.from_params(**{**BASE, "tables": ["shop.a", "shop.b"], "backfill_tables": ["shop.a"],
+                                      "resnapshot_tables": ["shop.b"]})  # fmt: skip
+    assert c.resnapshot_tables == ["shop.b", "shop.a"]
+    assert len(c.notes) == 1 and "deprecated" in c.notes[0] and "resnapshot_tables=['shop.a']" in c.notes[0]
+
+
+def test_small_chunks_need_allow_large_plan() -> None:
+    with pytest.raises(PipelineConfigError, match=r"chunk_size 99 is below 100 rows.*allow_large_plan=true"):
+        PipelineConfig.from_params(**{**BASE, "chunk_size": 99})
+    assert PipelineConfig.from_params(**{**BASE, "chunk_size": 99, "allow_large_plan": True}).chunk_size == 99
+    with pytest.raises(PipelineConfigError, match=r"takeover_tables \[.shop.x.\] are not in tables"):
+        PipelineConfig.from_params(**{**BASE, "takeover_tables": ["shop.x"]})
 
 
 def test_all_problems_reported_together() -> None:
     with pytest.raises(PipelineConfigError) as exc:
         PipelineConfig.from_params(
             pipeline_id="no spaces", sink_root="", state_root="/s", tables=["orders"], chunk_size=0,
-            chunks_per_task=True, startup_mode="sometimes", backfill_tables=["shop.x"],
+            chunks_per_task=True, startup_mode="sometimes", resnapshot_tables=["shop.x"],
         )
     msg = str(exc.value)
     for fragment in (
@@ -39,7 +55,7 @@ def test_all_problems_reported_together() -> None:
         "chunk_size must be >= 1, got 0",
         "chunks_per_task must be an integer, got True",
         "startup_mode 'sometimes' is not one of",
-        "backfill_tables ['shop.x'] are not in tables",
+        "resnapshot_tables ['shop.x'] are not in tables",
     ):
         assert fragment in msg, msg
     assert len(exc.value.problems) >= 7
@@ -85,9 +101,9 @@ def test_offset_ignored_unless_specific_mode() -> None:
     assert c.specific_offset is None
 
 
-def test_backfill_needs_a_snapshot_mode() -> None:
-    with pytest.raises(PipelineConfigError, match="backfill_tables needs startup_mode 'initial' or 'snapshot-only'"):
-        PipelineConfig.from_params(**{**BASE, "startup_mode": "latest-offset", "backfill_tables": ["shop.orders"]})
+def test_resnapshot_needs_a_snapshot_mode() -> None:
+    with pytest.raises(PipelineConfigError, match="resnapshot_tables needs startup_mode 'initial' or 'snapshot-only'"):
+        PipelineConfig.from_params(**{**BASE, "startup_mode": "latest-offset", "resnapshot_tables": ["shop.orders"]})
 
 
 def test_chunk_key_columns() -> None:
