@@ -10,9 +10,11 @@ Trigger it from the UI form or the CLI; every run reconciles the pipeline with i
 
 * first run: snapshots ``tables`` and starts the stream;
 * ``tables`` extended by a new table: snapshots only the new table while the stream keeps the
-  others current, then hands it over to the stream (stopped gracefully, restarted with the merged
-  manifest — from its checkpoint, or as a new stream generation from the new table's watermarks);
-* ``backfill_tables=["db.t"]``: re-snapshots ``db.t`` and swaps its Delta table in one commit;
+  others current, then hands it over to the stream (paused for seconds after its running batch,
+  resumed with the merged manifest in the same Spark application — from its checkpoint, or as a new
+  stream generation from the new table's watermarks);
+* ``resnapshot_tables=["db.t"]``: re-snapshots ``db.t`` while the stream runs on, then swaps its
+  Delta table in with one commit (``backfill_tables``, the old name, still works);
 * nothing new: leaves a running stream alone, or restarts a stopped one from its checkpoint.
 
 ``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
@@ -72,9 +74,11 @@ with DAG(
             DEFAULT_STATE_ROOT, type="string", minLength=1, title="State root",
             description="Plans, chunk results, the stream manifest and checkpoint (shared by all workers).",
         ),
+        # No JSON-schema minimum: the form would silently clamp a typo (0 -> 1); the plan task
+        # refuses a chunk size below 100 rows with the numbers instead (allow_large_plan overrides).
         "chunk_size": Param(
-            DEFAULT_CHUNK_SIZE, type="integer", minimum=1, title="Chunk size",
-            description="Rows per snapshot chunk.",
+            DEFAULT_CHUNK_SIZE, type="integer", title="Chunk size",
+            description="Rows per snapshot chunk (at least 100 unless allow_large_plan).",
         ),
         "chunks_per_task": Param(
             DEFAULT_CHUNKS_PER_TASK, type="integer", minimum=1, title="Chunks per task",
@@ -93,9 +97,31 @@ with DAG(
             None, type=["null", "integer"], minimum=4, title="Specific offset: position",
             description="For startup_mode specific-offset, e.g. 4",
         ),
+        "resnapshot_tables": Param(
+            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Re-snapshot tables",
+            description="Captured tables to read again from the source while the stream runs on; each Delta "
+            "table is swapped in whole with one commit.",
+        ),
+        "chunk_key_columns": Param(
+            {}, type="object", title="Chunk key columns",
+            description='Per table, the NOT NULL columns to split it on instead of its primary key; needed for a '
+            'table without one. E.g. {"shop.events": ["event_id"]}.',
+            propertyNames={"pattern": TABLE_PATTERN},
+            additionalProperties={"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+        ),
+        "takeover_tables": Param(
+            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
+            description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
+            "(the other pipeline's stream then refuses to write them).", section="Advanced",
+        ),
+        "allow_large_plan": Param(
+            False, type="boolean", title="Allow a large plan", section="Advanced",
+            description="Allow a chunk size below 100 rows or more than 10,000 chunks per table.",
+        ),
         "backfill_tables": Param(
-            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Backfill tables",
-            description="Captured tables to re-snapshot (their Delta table is swapped in one commit).",
+            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, section="Deprecated",
+            title="Backfill tables (deprecated: use Re-snapshot tables)",
+            description="The old name of resnapshot_tables; still accepted, with a warning in the plan task's log.",
         ),
         "skip_backfill": Param(
             False, type="boolean", title="Skip backfill",
@@ -120,8 +146,12 @@ with DAG(
         chunks_per_task="{{ params.chunks_per_task }}",
         startup_mode="{{ params.startup_mode }}",
         specific_offset={"file": "{{ params.specific_offset_file }}", "pos": "{{ params.specific_offset_pos }}"},
+        resnapshot_tables="{{ params.resnapshot_tables }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
+        chunk_key_columns="{{ params.chunk_key_columns }}",
+        takeover_tables="{{ params.takeover_tables }}",
+        allow_large_plan="{{ params.allow_large_plan }}",
     )
     snapshot = MySqlCdcSnapshotOperator.partial(
         task_id="snapshot",

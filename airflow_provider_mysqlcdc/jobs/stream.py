@@ -37,10 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--apply-memory-mb", type=int, default=512,
                    help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
     p.add_argument("--scratch-dir", default=None, help="local scratch space of the driver (default: system temp)")
+    p.add_argument("--maintenance-interval", type=float, default=600.0,
+                   help="seconds between table maintenance rounds (compaction, checkpoint, vacuum); 0 = never")
+    p.add_argument("--vacuum-retention-hours", type=float, default=1.0,
+                   help="data files unreferenced for longer are deleted (keep above your longest read)")
+    p.add_argument("--log-retention-hours", type=float, default=24.0, help="Delta log entries kept this long")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
     from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             spark,
             settings,
             store,
-            DeltaSink(args.sink_root),
+            DeltaSink(args.sink_root, owner=args.pipeline_id),
             StreamOptions(
                 trigger_seconds=args.trigger_seconds,
                 max_events_per_trigger=args.max_events_per_trigger,
@@ -76,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                 max_inline_bytes=args.max_inline_bytes,
                 apply_memory_mb=args.apply_memory_mb,
                 scratch_dir=args.scratch_dir,
+                maintenance=MaintenancePolicy(
+                    interval_seconds=args.maintenance_interval,
+                    retention_hours=args.vacuum_retention_hours,
+                    log_retention_hours=max(args.log_retention_hours, args.vacuum_retention_hours),
+                ),
             ),
             recorder=recorder,
         )

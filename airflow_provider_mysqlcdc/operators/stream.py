@@ -32,6 +32,11 @@ class MySqlCdcStreamOperator(BaseOperator):
     The default trigger rule is ``none_failed``: a run that snapshots nothing (zero mapped tasks)
     still (re)starts the stream.
 
+    The stream maintains its Delta tables between batches every ``maintenance_interval_seconds``
+    (default 600; 0 = never): compaction, checkpoint, and vacuum of files unreferenced for
+    ``vacuum_retention_hours`` (default 1; keep it above your longest read) — README "Table
+    maintenance".
+
     A transaction of any size is applied in bounded memory (README "Large transactions"):
     ``driver_memory`` sizes the stream driver's JVM, ``apply_memory_mb`` (default 512) what its
     Python may use to fold one table's changes of a micro-batch before it spills to local disk.
@@ -72,6 +77,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         readers: int | None = None,
         max_bytes_per_trigger: int | None = None,
         apply_memory_mb: int | None = None,
+        maintenance_interval_seconds: float | None = None,
+        vacuum_retention_hours: float | None = None,
         start_timeout: float = 300.0,
         stop_timeout: float = 300.0,
         verbose: bool = False,
@@ -97,6 +104,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.readers = readers
         self.max_bytes_per_trigger = max_bytes_per_trigger
         self.apply_memory_mb = apply_memory_mb
+        self.maintenance_interval_seconds = maintenance_interval_seconds
+        self.vacuum_retention_hours = vacuum_retention_hours
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.verbose = verbose
@@ -137,7 +146,8 @@ class MySqlCdcStreamOperator(BaseOperator):
                 len(summaries), sum(s["chunks"] for s in summaries), sum(s["rows"] for s in summaries),
             )
         try:
-            outcome = finalize_run(store, DeltaSink(self.sink_root), str(plan_id), summaries, self.stop_timeout)
+            sink = DeltaSink(self.sink_root, owner=self.pipeline_id)
+            outcome = finalize_run(store, sink, str(plan_id), summaries, self.stop_timeout)
         except (ManifestError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
         manifest = read_manifest(store)
@@ -150,11 +160,17 @@ class MySqlCdcStreamOperator(BaseOperator):
 
         st = stream_state(store)
         if st["running"]:
+            if outcome.reloaded:
+                self.log.info("the stream (run %s) was paused for the hand-over and runs on with the new manifest",
+                              st["run_id"])  # fmt: skip
+                return {**result, "running": True, "run_id": st["run_id"], "reloaded": True}
             if not outcome.added and not outcome.resnapshotted:
                 self.log.info("the stream (run %s) already runs with this manifest: left running", st["run_id"])
                 return {**result, "running": True, "run_id": st["run_id"], "already_running": True}
             self.log.info("the stream runs with an older manifest: stopping it to restart with the new one")
             request_stop(store, timeout=self.stop_timeout)
+        elif st["state"] in ("failed", "lost"):
+            self.log.warning("the stream had %s: %s — restarting it from its checkpoint", st["state"], st["reason"])
 
         ckpt = checkpoint_offset(store)
         start = ckpt or BinlogOffset.from_dict(manifest["start_offset"])
@@ -184,6 +200,10 @@ class MySqlCdcStreamOperator(BaseOperator):
             args += ["--max-bytes-per-trigger", str(int(self.max_bytes_per_trigger))]
         if self.apply_memory_mb:
             args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
+        if self.maintenance_interval_seconds is not None:
+            args += ["--maintenance-interval", str(float(self.maintenance_interval_seconds))]
+        if self.vacuum_retention_hours is not None:
+            args += ["--vacuum-retention-hours", str(float(self.vacuum_retention_hours))]
         self._hook = build_hook(
             conn_id=self.spark_conn_id,
             settings=hook.settings,

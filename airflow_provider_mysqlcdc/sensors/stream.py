@@ -106,8 +106,12 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
         if event.get("status") != "success":
             raise AirflowException(event.get("message", "the stream watch failed"))
         st = event["state"]
-        self.log.info(
-            "stream %s caught up: committed %s, lag %ss", self.pipeline_id, st.get("committed_offset"),
-            st.get("lag_seconds"),
-        )
+        if self.condition == "caught_up":
+            target = event.get("target") or self._target
+            where = f"{target['file']}:{target['pos']}" if target else "?"
+            self.log.info("stream %s caught up: committed %s, at or past the source's offset %s at the start",
+                          self.pipeline_id, st.get("committed_offset"), where)  # fmt: skip
+        else:
+            self.log.info("stream %s within %ss: lag %ss", self.pipeline_id, self.max_lag_seconds,
+                          st.get("lag_seconds"))  # fmt: skip
         return st

@@ -21,7 +21,8 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -32,6 +33,7 @@ from airflow_provider_mysqlcdc.cdc.bucketed_fold import FOLD_MEMORY_FACTOR, Buck
 from airflow_provider_mysqlcdc.cdc.change_block import decode_blocks, fold_block
 from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy, maintain_table
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.source.schema import TableSchema
@@ -39,13 +41,16 @@ from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.control import (
     MANIFEST,
+    PAUSE_TIMEOUT_SECONDS,
+    RELOAD,
     SCHEMA_CHANGE,
     STAGED,
     STATUS,
     StreamRunRecorder,
     checkpoint_dir,
+    checkpoint_offset,
 )
-from airflow_provider_mysqlcdc.stream.manifest import table_schemas_from_manifest
+from airflow_provider_mysqlcdc.stream.manifest import chunk_key_columns_from_manifest, table_schemas_from_manifest
 from airflow_provider_mysqlcdc.stream.staged_blocks import clear_staging, read_staged_blocks, remove_batch
 
 log = logging.getLogger(__name__)
@@ -71,6 +76,8 @@ class StreamOptions:
     # and applied by a bounded copy-on-write rewrite in one commit (sinks/delta_rewrite.py).
     apply_memory_mb: int = 512
     scratch_dir: str | None = None  # local scratch space of the driver; None = the system temp dir
+    # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
+    maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
 
     def __post_init__(self) -> None:
         if self.apply_memory_mb < 16:
@@ -117,7 +124,8 @@ class BatchApplier:
         self.staging = staging
         self.schemas = table_schemas_from_manifest(manifest)
         self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
-        self.pks = {t: list(s.primary_key) for t, s in self.schemas.items()}
+        chunk_keys = chunk_key_columns_from_manifest(manifest)
+        self.pks = {t: s.merge_key(chunk_keys[t]) for t, s in self.schemas.items()}
         self.schema_positions = {
             t: BinlogOffset.from_dict(e["schema_position"])
             for t, e in manifest["tables"].items()
@@ -128,12 +136,40 @@ class BatchApplier:
         # what the status file says between batches; a large batch's progress is written on top of it
         last = store.read_json(STATUS) or {}
         self.last_status: dict[str, Any] = {k: v for k, v in last.items() if k != "current_batch"}
+        self._maintained_at = time.monotonic()  # the first round comes one interval after the start
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         t0 = time.monotonic()
         with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
             data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
             self.apply_arrow(data, batch_id, t0, progress)
+        self.maintain_if_due()
+
+    def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:
+        """Compact, checkpoint and vacuum the stream's tables every ``maintenance.interval_seconds``.
+
+        Runs between two batches, so the stream itself never writes a table meanwhile. A failure is
+        logged and recorded in the status, never fatal: the next round tries again.
+        """
+        policy = self.options.maintenance
+        now = time.monotonic()
+        if not force and (not policy.interval_seconds or now - self._maintained_at < policy.interval_seconds):
+            return None
+        self._maintained_at = now
+        pointer = self.store.read_json("current_plan.json") or {}
+        orphans = bool(pointer.get("finalized", True))  # no snapshot staging in flight: orphans may go
+        done: dict[str, Any] = {}
+        for t in sorted(self.schemas):
+            try:
+                if self.sink.exists(t):
+                    done[t] = maintain_table(self.sink, t, policy, orphans=orphans).to_dict()
+            except Exception as exc:  # never fatal: disk use only grows until the next round
+                log.warning("maintenance of %s failed (the next round tries again): %s", t, exc)
+                done[t] = {"error": str(exc)[:500]}
+        summary = {"at": time.time(), "tables": done}
+        self.last_status = {**self.last_status, "maintenance": summary}
+        self.store.write_json(STATUS, self.last_status)
+        return summary
 
     def apply_arrow(
         self, data: pa.Table, batch_id: int, t0: float | None = None, progress: BatchProgress | None = None
@@ -159,7 +195,7 @@ class BatchApplier:
                     f"batch {batch_id}: changes of {r['tbl']} up to {r['file']}:{r['pos']} do not fit the table's "
                     f"schema in the stream manifest ({json.loads(r['info'])['error']}) and the batch holds no DDL "
                     "that explains it: the table was altered in a way the binlog does not show to the stream. "
-                    f"Re-snapshot it (trigger the DAG with backfill_tables=['{r['tbl']}'])"
+                    f"Re-snapshot it (trigger the DAG with resnapshot_tables=['{r['tbl']}'])"
                 )
             block_col = data.column("block")
             for i, r in enumerate(meta):
@@ -204,6 +240,8 @@ class BatchApplier:
         if progress is not None and progress.announced:
             snap = progress.snapshot()
             status["large_batch"] = {k: v for k, v in snap.items() if k in ("start", "end", "binlog_bytes")}
+        if "maintenance" in self.last_status:
+            status["maintenance"] = self.last_status["maintenance"]
         self.store.write_json(STATUS, status)
         self.last_status = status
         if self.staging:  # the batch's staged blocks and progress files are never read again
@@ -212,7 +250,8 @@ class BatchApplier:
                 done.add(progress.snapshot()["key"])
             for key in done:
                 remove_batch(self.staging, key)
-        log.info("batch %d: %s rows %s, lag %ss, %.2fs", batch_id, status["rows"], dict(counts), lag, status["seconds"])
+        lag_text = f"lag {lag}s" if lag is not None else "no changes"
+        log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status["rows"], dict(counts), lag_text, status["seconds"])
         self.batches += 1
         return dict(counts)
 
@@ -325,7 +364,7 @@ def follow_schema_change(store: StateStore, sink: DeltaSink, settings: Connectio
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in rec["changes"]:
         by_table[c["table"]].append(c)
-    fix = "Re-snapshot {t}: trigger the DAG with backfill_tables=['{t}'] (the stream then resumes past this DDL)"
+    fix = "Re-snapshot {t}: trigger the DAG with resnapshot_tables=['{t}'] (the stream then resumes past this DDL)"
     followed = []
     for t, changes in by_table.items():
         last = max(BinlogOffset.from_dict(c["offset"]) for c in changes)
@@ -344,13 +383,14 @@ def follow_schema_change(store: StateStore, sink: DeltaSink, settings: Connectio
         except SourceSchemaError as exc:
             msg = f"{t} changed at {last} and cannot be read now ({exc}). {fix.format(t=t)}"
             raise StreamSchemaError(msg) from None
+        chunk_cols = list(entry["splits"][0]["key_columns"])
         if [c.lower() for c in new.primary_key] != [c.lower() for c in old.primary_key]:
             raise StreamSchemaError(
                 f"the primary key of {t} changed at {last} (from {old.primary_key} to {new.primary_key}): rows are "
                 f"merged by that key. {fix.format(t=t)}"
             )
         try:
-            evo = sink.evolve_schema(t, cdc_types.arrow_schema(new), list(new.primary_key))
+            evo = sink.evolve_schema(t, cdc_types.arrow_schema(new), new.merge_key(chunk_cols))
         except UnsupportedSchemaChange as exc:
             raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
         old_names = {c.name.lower() for c in old.columns}
@@ -376,13 +416,18 @@ def run_stream(
 ) -> None:
     """Run the stream until stopped, following schema changes: a batch that meets an ALTER TABLE
     fails before applying anything, the Delta table and manifest follow the ALTER, and the query
-    restarts from its checkpoint (the same batch again, decoded with the new schema)."""
+    restarts from its checkpoint (the same batch again, decoded with the new schema). A hand-over
+    (tables added or re-snapshotted: ``pipeline.finalize_run``) pauses the query and restarts it with
+    the new manifest in the same Spark application."""
+    stop_event = stop_event or threading.Event()  # one event: signals reach a paused stream too
     while True:
         if store.exists(SCHEMA_CHANGE):  # a crash after a batch met a DDL: follow it first
             follow_schema_change(store, sink, settings)
         query = start_stream(spark, settings, store, sink, options)
         try:
-            run_until_stopped(query, stop_event, recorder)
+            why = run_until_stopped(query, stop_event, recorder)
+            if why == "reload" and recorder is not None and hold_for_handover(recorder, stop_event):
+                continue  # the hand-over is done: the same application runs the new manifest
             return
         except RuntimeError:
             if not store.exists(SCHEMA_CHANGE):
@@ -413,6 +458,10 @@ def start_stream(
             f"no stream manifest for pipeline {store.pipeline_id} under {store.state_root}: run the snapshot and "
             "the stream operator (which builds the manifest) first"
         )
+    for t in manifest["tables"]:  # another pipeline's table is refused before anything runs
+        sink.check_owner(t)
+        if sink.owner is not None and sink.exists(t) and sink.owner_of(t) is None:
+            sink.claim(t)  # a table created before owners were recorded
     register(spark)
     staging = store.url(STAGED)
     clear_staging(staging)  # no batch runs yet: whatever is staged belongs to a batch that will be replayed
@@ -466,24 +515,38 @@ def wait_until_caught_up(query: Any, target: BinlogOffset, timeout: float = 300.
     raise TimeoutError(f"the stream did not reach {target} within {timeout:.0f}s (last progress: {query.lastProgress})")
 
 
-def stop_gracefully(query: Any, timeout: float = 120.0) -> None:
-    """Stop once no batch is running, so the checkpoint sits at a batch boundary."""
+#: How long a hand-over waits for a gap between micro-batches before it interrupts the running one
+#: (safe: an interrupted batch is replayed from its logged offsets, its Delta commit skipped by id).
+RELOAD_GRACE_SECONDS = 10.0
+
+
+def stop_gracefully(query: Any, timeout: float = 120.0, beat: Callable[[], None] | None = None) -> None:
+    """Stop between two micro-batches if one comes within ``timeout``, else stop the running one.
+
+    Either way nothing is lost or applied twice (the offsets of a batch are logged before it runs,
+    and its Delta commit carries the batch id); between batches, no work is thrown away. ``beat``
+    runs while waiting (the run record's heartbeat: a busy stream must not look dead meanwhile).
+    """
     deadline = time.monotonic() + timeout
     while query.isActive and time.monotonic() < deadline:
         st = query.status
         if not st.get("isTriggerActive", False):
             break
-        time.sleep(0.1)
+        if beat is not None:
+            beat()
+        time.sleep(0.05)
     query.stop()
 
 
 def run_until_stopped(
     query: Any, stop_event: threading.Event | None = None, recorder: StreamRunRecorder | None = None
-) -> None:
-    """Block while the query runs; stop it gracefully on SIGTERM/SIGINT, ``stop_event`` or a stop request.
+) -> str:
+    """Block while the query runs; stop it gracefully on SIGTERM/SIGINT, ``stop_event``, a stop
+    request or a hand-over request. Returns ``"reload"`` for a hand-over (the caller holds the
+    stream paused, then restarts the query), else ``"stopped"``.
 
     With a ``recorder`` the driver heartbeats its run record into the state store and honours
-    ``mysqlcdc stop`` / the stop operator's request (:mod:`stream.control`).
+    ``mysqlcdc stop`` / the stop operator's request and hand-overs (:mod:`stream.control`).
     """
     stop = stop_event or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -491,6 +554,9 @@ def run_until_stopped(
             signal.signal(sig, lambda *_: stop.set())
     if recorder is not None:
         recorder.write(state="running", committed_offset=_offset_dict(committed_offset(query)))
+        done = recorder.record.get("reloaded")
+        if done and (recorder.store.read_json(RELOAD) or {}).get("reload_id") == done:
+            recorder.store.delete(RELOAD)  # the hand-over that restarted this query is complete
     why = "signal"
     while query.isActive and not stop.is_set():
         stop.wait(1.0)
@@ -499,12 +565,18 @@ def run_until_stopped(
             if recorder.stop_requested():
                 why = "stop request"
                 break
+            req = recorder.reload_requested()
+            if req is not None:
+                why = "reload"
+                recorder.record["reload_id"] = req["reload_id"]
+                break
     try:
         if query.isActive:
             log.info("stopping stream gracefully (%s)", why)
             if recorder is not None:
                 recorder.write(state="stopping")
-            stop_gracefully(query)
+            beat = None if recorder is None else (lambda: recorder.heartbeat(committed_offset(query)))
+            stop_gracefully(query, RELOAD_GRACE_SECONDS if why == "reload" else 120.0, beat)
         exc = query.exception()
         if exc is not None:
             raise RuntimeError(f"the stream failed: {exc}")
@@ -515,8 +587,45 @@ def run_until_stopped(
             else:
                 recorder.write(state="failed", error=str(exc), committed_offset=_offset_dict(committed_offset(query)))
         raise
+    if why == "reload":
+        return "reload"
     if recorder is not None:
         recorder.write(state="stopped", committed_offset=_offset_dict(committed_offset(query)))
+    return "stopped"
+
+
+def hold_for_handover(recorder: StreamRunRecorder, stop_event: threading.Event | None = None) -> bool:
+    """Stay paused (query stopped, Spark application up) until the hand-over is ready; True to resume.
+
+    The process that asked for the pause (``pipeline.finalize_run``) reads the committed offset
+    recorded here, swaps tables and writes the new manifest, then marks the request ready. A stop
+    request, a signal, or a hand-over that never completes (:data:`PAUSE_TIMEOUT_SECONDS`) stops
+    the stream instead; the checkpoint is at a batch boundary either way.
+    """
+    store = recorder.store
+    reload_id = recorder.record.get("reload_id")
+    ckpt = checkpoint_offset(store)
+    recorder.write(state="paused", reload_id=reload_id, committed_offset=_offset_dict(ckpt))
+    log.info("stream paused for hand-over %s at %s", reload_id, ckpt)
+    stop = stop_event or threading.Event()
+    deadline = time.monotonic() + PAUSE_TIMEOUT_SECONDS
+    while True:
+        if stop.is_set() or recorder.stop_requested():
+            recorder.write(state="stopped", committed_offset=_offset_dict(ckpt))
+            return False
+        req = store.read_json(RELOAD) or {}
+        if req.get("reload_id") != reload_id or req.get("state") == "ready":
+            # ready, or withdrawn: either way the current manifest is the one to run
+            log.info("hand-over %s done: restarting the query with the current manifest", reload_id)
+            recorder.write(state="starting", reloaded=reload_id)
+            return True
+        if time.monotonic() > deadline:
+            recorder.write(state="stopped", error=f"paused for hand-over {reload_id} for {PAUSE_TIMEOUT_SECONDS:.0f}s "
+                           "without it completing: the run that asked for it failed; re-run the DAG to restart "
+                           "the stream")  # fmt: skip
+            return False
+        recorder.heartbeat(ckpt)
+        stop.wait(0.2)
 
 
 def _offset_dict(off: BinlogOffset | None) -> dict[str, Any] | None:

@@ -55,7 +55,7 @@ class MySqlCdcStreamTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "message": error, "state": state})
                 return
             if done:
-                yield TriggerEvent({"status": "success", "state": state})
+                yield TriggerEvent({"status": "success", "state": state, "target": self.target_offset})
                 return
             self.log.info(
                 "stream %s: committed %s, target %s, lag %ss",

@@ -4,10 +4,11 @@ One pipeline goes through the life a data engineer gives it, in order (the tests
 
 1. first run: plan -> >= 2 mapped snapshot tasks (one spark-submit each) -> detached stream ->
    deferrable catch-up sensor, under a random writer; sink == source after catch-up;
-2. add a table by param: only the new table is snapshotted, the stream is stopped and resumed
-   from its checkpoint with the merged manifest; all three tables equal their sources;
-3. backfill from the trigger form: a Delta table damaged on purpose is re-snapshotted and swapped
-   in one commit; the others are not touched; all tables equal their sources;
+2. add a table by param: only the new table is snapshotted while the stream runs on; the stream is
+   paused for the hand-over and resumes with the merged manifest in the same Spark application;
+   all three tables equal their sources;
+3. re-snapshot from the trigger form: a Delta table damaged on purpose is re-snapshotted and
+   swapped in one commit; the others are not touched; all tables equal their sources;
 4. ``mysqlcdc status`` / ``mysqlcdc stop`` on the running stream.
 
 Bad params are tested at both layers: the DAG's JSON schema (trigger form) and the plan task.
@@ -145,14 +146,15 @@ def test_adding_a_table_snapshots_only_that_table(pipeline: dict) -> None:
     plan_id = run.xcom("plan", key="plan_id")
     assert {r.table for r in store.read_all_results(plan_id)} == {tables[2]}  # old tables not re-read
     handle = run.xcom("stream")
-    assert handle["launched"] and handle["run_id"] != old_run
+    assert handle["reloaded"] and handle["run_id"] == old_run  # paused and resumed, not relaunched
+    assert handle["plan"]["reloaded"] is True
     manifest = store.read_json("manifest.json")
     assert set(manifest["tables"]) == set(tables)
     # The stream ran on (the writer kept it busy) while t_ci was snapshotted, so it hands over in a
     # new generation starting at t_ci's earliest HW; the old tables' chunks filter out what the old
     # generation applied.
     assert handle["plan"]["new_generation"] == 1, handle
-    assert not handle["from_checkpoint"] and manifest["checkpoint"] == "checkpoint-g1"
+    assert manifest["checkpoint"] == "checkpoint-g1"
     new_hws = [BinlogOffset.from_dict(s["high_watermark"]) for s in manifest["tables"][tables[2]]["splits"]]
     assert BinlogOffset.from_dict(manifest["start_offset"]) == min(new_hws)
     p = BinlogOffset.from_dict(handle["plan"]["checkpoint_offset"])
@@ -162,7 +164,7 @@ def test_adding_a_table_snapshots_only_that_table(pipeline: dict) -> None:
     _catch_up_and_compare(pipeline, tables)
 
 
-def test_backfill_replaces_a_damaged_table(pipeline: dict) -> None:
+def test_resnapshot_replaces_a_damaged_table(pipeline: dict) -> None:
     from deltalake import DeltaTable
 
     store, tables = _store(pipeline), pipeline["tables"]
@@ -175,11 +177,15 @@ def test_backfill_replaces_a_damaged_table(pipeline: dict) -> None:
         assert not compare(conn, read_table_schema(conn, TableId.parse(damaged)), sink.read(damaged)).match
     versions_before = {t: DeltaTable(sink.table_uri(t)).version() for t in tables}
 
-    run = _run_under_writer(pipeline, {"tables": tables, "backfill_tables": [damaged]}, seed=13)
+    run_id = stream_state(store)["run_id"]
+    run = _run_under_writer(pipeline, {"tables": tables, "resnapshot_tables": [damaged]}, seed=13)
     assert run.state == "success", run.task_states
     summary = run.xcom("plan", key="plan_summary")
-    assert summary["snapshot_tables"] == [damaged] and summary["backfill_tables"] == [damaged]
-    assert run.xcom("stream")["plan"]["resnapshotted"] == [damaged]
+    assert summary["snapshot_tables"] == [damaged] and summary["resnapshot_tables"] == [damaged]
+    assert summary["stopped_stream"] is False  # the stream kept every table current meanwhile
+    handle = run.xcom("stream")
+    assert handle["plan"]["resnapshotted"] == [damaged]
+    assert handle["reloaded"] and handle["run_id"] == run_id
     history = DeltaTable(sink.table_uri(damaged)).history()
     swaps = [h for h in history if "re_snapshot" in json.dumps(h.get("mysqlcdc", h))]
     assert swaps, "the backfill swaps the table in with one commit"
@@ -249,6 +255,7 @@ def test_status_and_stop_cli(pipeline: dict) -> None:
     status = json.loads(out.stdout)
     assert status["stream_running"] is True
     assert status["server_offset"] and status["committed_offset"]
+    assert status["current_plan"]["airflow_run_id"].startswith("manual__")  # plan <-> DAG run
     assert set(status["tables"]) == set(pipeline["tables"])
     assert set(status["tables"].values()) == {"streaming"}
 
@@ -299,15 +306,16 @@ def test_bad_params_are_refused_before_any_spark_job(pipeline: dict) -> None:
 
     dag = pipeline["dag"]
     base = {**pipeline["conf"], "pipeline_id": "bad", "tables": ["cdc.t_int"]}
-    with pytest.raises(ParamValidationError, match="chunk_size"):
-        run_dag(dag, {**base, "chunk_size": 0})
+    with pytest.raises(ParamValidationError, match="chunk_key_columns"):
+        run_dag(dag, {**base, "chunk_key_columns": {"cdc.t_int": []}})
     with pytest.raises(ParamValidationError, match="startup_mode"):
         run_dag(dag, {**base, "startup_mode": "sometimes"})
-    run = run_dag(dag, {**base, "tables": ["cdc.no_such_table"]})
-    assert run.state == "failed"
-    assert run.task_states[("plan", -1)] == "failed"
-    assert run.task_states[("snapshot", -1)] == "upstream_failed"
-    assert not StateStore(pipeline["conf"]["state_root"], "bad").exists("plans")
+    for conf in ({"tables": ["cdc.no_such_table"]}, {"chunk_size": 0}):  # no silent clamping of 0 to 1
+        run = run_dag(dag, {**base, **conf})
+        assert run.state == "failed"
+        assert run.task_states[("plan", -1)] == "failed"
+        assert run.task_states[("snapshot", -1)] == "upstream_failed"
+        assert not StateStore(pipeline["conf"]["state_root"], "bad").exists("plans")
 
 
 def test_plan_operator_explains_bad_values(pipeline: dict) -> None:
@@ -318,12 +326,36 @@ def test_plan_operator_explains_bad_values(pipeline: dict) -> None:
 
     op = MySqlCdcPlanOperator(
         task_id="plan", pipeline_id="bad", sink_root="/tmp/x", state_root="/tmp/y",
-        tables=["cdc.t_int", "nodot"], chunk_size=0, startup_mode="sometimes", backfill_tables=["cdc.other"],
+        tables=["cdc.t_int", "nodot"], chunk_size=0, startup_mode="sometimes", resnapshot_tables=["cdc.other"],
     )
     with pytest.raises(AirflowFailException) as exc:
         op.execute({"run_id": "manual__x"})
     msg = str(exc.value)
     for fragment in ("chunk_size must be >= 1", "startup_mode 'sometimes'", "'nodot' is not a table name",
-                     "backfill_tables ['cdc.other'] are not in tables"):
+                     "resnapshot_tables ['cdc.other'] are not in tables"):
         assert fragment in msg, msg
     assert not Path("/tmp/y/bad").exists()
+
+
+def test_form_chunk_key_for_a_table_without_primary_key(pipeline: dict, tmp_path: Path) -> None:
+    """The trigger form's chunk_key_columns param captures a table with no primary key; the old
+    backfill_tables name is still accepted (with a deprecation note in the plan task's log)."""
+    server = pipeline["server"]
+    server.execute(
+        "CREATE TABLE cdc.nopk (event_id BIGINT NOT NULL, v VARCHAR(20), UNIQUE KEY (event_id))",
+        "INSERT INTO cdc.nopk SELECT seq, CONCAT('e', seq) FROM seq_1_to_3000",
+        database=DB,
+    )
+    conf = {**pipeline["conf"], "pipeline_id": "nopk", "tables": ["cdc.nopk"], "startup_mode": "snapshot-only",
+            "sink_root": str(tmp_path / "lake"), "state_root": str(tmp_path / "state"), "chunk_size": 500}  # fmt: skip
+    run = run_dag(pipeline["dag"], conf)
+    assert run.state == "failed" and run.task_states[("plan", -1)] == "failed"  # no key: refused, names the param
+    run = run_dag(pipeline["dag"], {**conf, "chunk_key_columns": {"cdc.nopk": ["event_id"]}})
+    assert run.state == "success", run.task_states
+    rows = DeltaSink(conf["sink_root"]).read("cdc.nopk").to_pylist()
+    assert sorted(r["event_id"] for r in rows) == list(range(1, 3001))
+    run = run_dag(pipeline["dag"], {**conf, "chunk_key_columns": {"cdc.nopk": ["event_id"]},
+                                     "backfill_tables": ["cdc.nopk"]})  # fmt: skip
+    assert run.state == "success", run.task_states
+    assert run.xcom("plan", key="plan_summary")["resnapshot_tables"] == ["cdc.nopk"]
+    assert any("deprecated" in n for n in run.xcom("plan", key="plan_summary")["notes"])

@@ -29,7 +29,7 @@ from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, request_stop, wait_until_applied
+from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, request_stop, stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.job import MANIFEST
 from airflow_provider_mysqlcdc.stream.manifest import build_manifest
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
@@ -85,7 +85,9 @@ def _snapshot(spark: Any, server: MariaDBServer, store: StateStore, sink: DeltaS
     return plan
 
 
-def _launch(server: MariaDBServer, tmp: Path, pipeline: str, log_path: Path) -> subprocess.Popen[bytes]:
+def _launch(
+    server: MariaDBServer, tmp: Path, pipeline: str, log_path: Path, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     """Start the stream job as the stream operator does; return once its run record says running."""
     run_id = uuid.uuid4().hex[:12]
     env = dict(os.environ, MYSQLCDC_SOURCE=json.dumps(server.cdc_settings().to_dict()), PYSPARK_PYTHON=sys.executable)
@@ -98,7 +100,7 @@ def _launch(server: MariaDBServer, tmp: Path, pipeline: str, log_path: Path) -> 
         str(REPO / "spark_jobs" / "stream.py"),
         "--state-root", str(tmp / "state"), "--pipeline-id", pipeline, "--sink-root", str(tmp / "lake"),
         "--trigger-seconds", "0.5", "--apply-memory-mb", str(APPLY_MEMORY_MB), "--scratch-dir", str(tmp / "scratch"),
-        "--run-id", run_id,
+        "--run-id", run_id, *extra,
     ]  # fmt: skip
     logf = open(log_path, "ab")
     proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
@@ -246,3 +248,58 @@ def test_huge_transactions_inside_a_snapshot_window(big_server, spark, tmp_path,
     for g in plan.groups[1:]:
         run_snapshot_group(spark, settings, store, "p1", g.group_id, sink, opts)
     _assert_equal(big_server, plan, sink)  # nothing was written after the HW: chunks == source
+
+
+@pytest.mark.timeout(1200)
+def test_a_driver_out_of_memory_is_reported_with_its_batch(big_server, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The old failure, forced: everything collected on a 512m driver (max_inline_bytes ~4 GB). The
+    JVM dies of OutOfMemoryError; the run record and the sensor name the batch and the setting to
+    change instead of "Connection refused"; the default settings then apply the batch exactly."""
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_provider_mysqlcdc.sensors.stream import MySqlCdcStreamSensor
+    from airflow_provider_mysqlcdc.stream.launcher import launch_detached
+
+    store, sink, plan = _snapshotted(spark, big_server, tmp_path, "oom")
+    run_id = uuid.uuid4().hex[:12]
+    env = dict(os.environ, MYSQLCDC_SOURCE=json.dumps(big_server.cdc_settings().to_dict()),
+               PYSPARK_PYTHON=sys.executable)  # fmt: skip
+    cmd = [
+        str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--driver-memory", DRIVER_MEMORY,
+        "--conf", "spark.ui.enabled=false", "--conf", "spark.log.level=WARN",
+        "--conf", "spark.driver.extraJavaOptions=-XX:+ExitOnOutOfMemoryError",
+        "--jars", "/usr/share/java/mariadb-java-client.jar", str(REPO / "spark_jobs" / "stream.py"),
+        "--state-root", str(tmp_path / "state"), "--pipeline-id", "oom", "--sink-root", str(tmp_path / "lake"),
+        "--trigger-seconds", "0.5", "--run-id", run_id, "--max-inline-bytes", str(4_000_000_000),
+    ]  # fmt: skip
+    handle = launch_detached(store, cmd, env, run_id)  # as the stream operator launches a detached stream
+    proc = handle.pop("_proc")
+    try:
+        deadline = time.monotonic() + 180
+        while (store.read_json(RUN) or {}).get("state") != "running":
+            assert proc.poll() is None and time.monotonic() < deadline, Path(handle["log_path"]).read_text()[-3000:]
+            time.sleep(0.3)
+        big_server.execute("UPDATE big.t SET v = v + 9, s = CONCAT('m', s)", database="big")
+        deadline = time.monotonic() + 600
+        while stream_state(store)["running"]:
+            assert time.monotonic() < deadline, "the driver did not run out of memory"
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert "OutOfMemoryError" in Path(handle["log_path"]).read_text()
+    reason = stream_state(store)["reason"]
+    assert "Spark driver JVM went away in batch" in reason, reason
+    assert "MiB of binlog" in reason and "driver_memory" in reason and "max_inline_bytes" in reason, reason
+    assert "Connection refused" not in reason.split("(")[0]
+    sensor = MySqlCdcStreamSensor(task_id="wait", pipeline_id="oom", state_root=str(tmp_path / "state"),
+                                  condition="lag", max_lag_seconds=5, deferrable=False)  # fmt: skip
+    with pytest.raises(AirflowException, match="Spark driver JVM went away in batch"):
+        sensor.poke({})
+    proc = _launch(big_server, tmp_path, "oom", tmp_path / "stream2.log")  # the defaults: the batch is staged
+    try:
+        wait_until_applied(store, _head(big_server), timeout=600)
+    finally:
+        _stop(proc, store)
+    _assert_equal(big_server, plan, sink)
