@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     server = MariaDBServer(work / "mariadb")
+    minutes = max(1.0, 2.5 * args.scale + args.stream_seconds / 60)
+    print(f"the demo takes about {minutes:.0f}-{minutes + 1:.0f} minutes on 2 cores (loading ~{args.scale:g}M rows, "
+          "a snapshot in several Spark jobs, then the stream under a writer)", flush=True)  # fmt: skip
     print(f"starting a private MariaDB with a ROW binlog in {work / 'mariadb'} ...", flush=True)
     server.start()
     store = StateStore(str(work / "state"), "demo")

@@ -91,6 +91,7 @@ from airflow_provider_mysqlcdc.stream.job import (
 from airflow_provider_mysqlcdc.stream.manifest import build_manifest, table_schemas_from_manifest
 from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from bench.huge_tx import huge_tx_scenario
 
 log = logging.getLogger("bench.stream")
 
@@ -256,12 +257,12 @@ class Timings:
         timings = self
 
         @functools.wraps(orig_apply)
-        def apply_arrow(self_: Any, data: pa.Table, batch_id: int, t0: float | None = None) -> Any:
+        def apply_arrow(self_: Any, data: pa.Table, batch_id: int, t0: float | None = None, *rest: Any) -> Any:
             entered = time.monotonic()
             cpu_in = timings.meter.start()
             timings._merge.seconds = 0.0
             try:
-                return orig_apply(self_, data, batch_id, t0)
+                return orig_apply(self_, data, batch_id, t0, *rest)
             finally:
                 done = time.monotonic()
                 cpu_out = timings.meter.start()
@@ -632,6 +633,10 @@ def main() -> int:
     p.add_argument("--max-events-per-trigger", type=int, default=StreamOptions().max_events_per_trigger)
     p.add_argument("--repeats", type=int, default=2, help="throughput runs of each kind; the best is reported")
     p.add_argument("--driver-memory", default="4g", help="spark.driver.memory (Spark's default 1g: see RESULTS.md)")
+    p.add_argument("--huge-tx-rows", type=int, default=1_000_000,
+                   help="rows of the huge-transaction scenario's table (one UPDATE of all of them); 0 skips it")
+    p.add_argument("--huge-tx-rounds", type=int, default=3, help="interleaved rounds of the huge-transaction scenario")
+    p.add_argument("--only-huge-tx", action="store_true", help="run the huge-transaction scenario only")
     args = p.parse_args()
     rows = args.rows or args.events
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
@@ -647,13 +652,23 @@ def main() -> int:
     timings = Timings(meter)
     try:
         t = time.monotonic()
-        load(server, rows)
-        log.info("loaded %d rows in %.1fs", rows, time.monotonic() - t)
+        if not args.only_huge_tx:
+            load(server, rows)
+            log.info("loaded %d rows in %.1fs", rows, time.monotonic() - t)
         settings = server.cdc_settings()
         spark = build_spark_session(
             "mysqlcdc-bench-stream", master="local[2]", extra_conf={"spark.driver.memory": args.driver_memory}
         )
         log.info("spark.driver.memory=%s", spark.sparkContext.getConf().get("spark.driver.memory"))
+
+        huge: dict[str, Any] = {}
+        if args.huge_tx_rows:
+            huge = huge_tx_scenario(spark, server, settings, work, args.huge_tx_rows, args.tx_rows, args.huge_tx_rounds)
+        if args.only_huge_tx:
+            print(json.dumps({**huge, "total_seconds": round(time.monotonic() - t_begin, 1),
+                              "load_average_start": [round(x, 2) for x in load_start],
+                              "load_average_1m": round(os.getloadavg()[0], 2)}))  # fmt: skip
+            return 0
 
         # snapshot -> Delta, manifest
         snap_store = StateStore(f"{work}/state", "snap")
@@ -749,6 +764,7 @@ def main() -> int:
             },
             "breakdown": parts,
             "lag": lag,
+            "huge_tx": huge,
             "total_seconds": round(time.monotonic() - t_begin, 1),
             "load_average_start": [round(x, 2) for x in load_start],
             "load_average_1m": round(os.getloadavg()[0], 2),

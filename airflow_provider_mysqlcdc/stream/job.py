@@ -521,21 +521,28 @@ RELOAD_GRACE_SECONDS = 10.0
 
 
 def stop_gracefully(query: Any, timeout: float = 120.0, beat: Callable[[], None] | None = None) -> None:
-    """Stop between two micro-batches if one comes within ``timeout``, else stop the running one.
+    """Stop once the running micro-batch has finished (or none runs), at most ``timeout`` later.
 
-    Either way nothing is lost or applied twice (the offsets of a batch are logged before it runs,
-    and its Delta commit carries the batch id); between batches, no work is thrown away. ``beat``
-    runs while waiting (the run record's heartbeat: a busy stream must not look dead meanwhile).
+    A busy stream starts the next batch as soon as one ends, so there may be no idle moment to
+    wait for: stopping right after a batch completes interrupts at most the first moments of the
+    next one. Either way nothing is lost or applied twice (the offsets of a batch are logged before
+    it runs, and its Delta commit carries the batch id). ``beat`` runs while waiting (the run
+    record's heartbeat: a busy stream must not look dead meanwhile).
     """
     deadline = time.monotonic() + timeout
+    running = _last_batch_id(query)
     while query.isActive and time.monotonic() < deadline:
-        st = query.status
-        if not st.get("isTriggerActive", False):
+        if not query.status.get("isTriggerActive", False) or _last_batch_id(query) != running:
             break
         if beat is not None:
             beat()
         time.sleep(0.05)
     query.stop()
+
+
+def _last_batch_id(query: Any) -> int | None:
+    prog = query.lastProgress
+    return None if not prog else int(prog.get("batchId", -1))
 
 
 def run_until_stopped(

@@ -120,6 +120,8 @@ def run_soak(
     t0 = time.monotonic()
     maintenance_rounds = 0
     last_data = None
+    disk_after_first = 0
+    disk_while_streaming = 0
     try:
         for batch_id in range(batches):
             cur.execute("BEGIN")
@@ -147,11 +149,17 @@ def run_soak(
             if applier.maintain_if_due() is not None:
                 maintenance_rounds += 1
                 record()
-        # once the retention has passed with no new batch, a round leaves only what a reader may need
-        time.sleep(policy.retention_hours * 3600 + 0.5)
-        applier.maintain_if_due(force=True)
-        maintenance_rounds += 1
-        record()
+        # Once the retention has passed with no new batch, a round leaves only what a reader may still
+        # need; a second round one retention later also drops what the first round's compaction
+        # replaced (a reader may have been reading it when it was replaced): the steady state.
+        disk_while_streaming = _dir_bytes(uri)
+        for _ in range(2 if policy.interval_seconds else 0):  # interval 0: the unmaintained baseline
+            time.sleep(policy.retention_hours * 3600 + 0.5)
+            applier.maintain_if_due(force=True)
+            maintenance_rounds += 1
+            record()
+            if _ == 0:
+                disk_after_first = _dir_bytes(uri)
     finally:
         watcher.stop_event.set()
         watcher.join()
@@ -171,6 +179,7 @@ def run_soak(
             wrong.append((v, n, total, None if at is None else expected[at]))
     live = int(sum(pa.table(DeltaTable(uri).get_add_actions(flatten=True)).column("size_bytes").to_pylist()))
     disk = _dir_bytes(uri)
+    log_bytes = _dir_bytes(os.path.join(uri, "_delta_log"))
     with settings.connect() as c:
         cmp = compare(c, schema, sink.read(TABLE))
     return {
@@ -182,6 +191,9 @@ def run_soak(
         "live_bytes": live,
         "disk_bytes": disk,
         "disk_factor": round(disk / max(1, live), 2),
+        "log_bytes": log_bytes,
+        "disk_factor_right_after_a_compaction": round(disk_after_first / max(1, live), 2),
+        "disk_factor_at_the_last_batch": round(disk_while_streaming / max(1, live), 2),
         "reader_reads": len(watcher.seen),
         "reader_versions": len({v for v, _, _ in watcher.seen}),
         "reader_errors": watcher.errors[:5],
