@@ -177,10 +177,12 @@ def test_missing_both_replication_privileges(partial_user: Any) -> None:
 def tables(mariadb: MariaDBServer, db: str) -> str:
     mariadb.execute(
         f"CREATE TABLE `{db}`.good (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR(20))",
-        f"CREATE TABLE `{db}`.nopk (id INT NOT NULL, n INT NULL, v VARCHAR(20))",
+        f"CREATE TABLE `{db}`.nopk (id INT NOT NULL, n INT NULL, v VARCHAR(20), UNIQUE KEY uk_id (id))",
+        f"CREATE TABLE `{db}`.nouniq (id INT NOT NULL, v VARCHAR(20), KEY k_id (id))",
         f"CREATE TABLE `{db}`.dec_pk (d DECIMAL(20,4) NOT NULL PRIMARY KEY, v INT)",
         f"INSERT INTO `{db}`.good SELECT seq, CONCAT('v', seq) FROM seq_1_to_500",
         f"INSERT INTO `{db}`.nopk SELECT seq, IF(seq % 10 = 0, NULL, seq), 'x' FROM seq_1_to_50",
+        f"INSERT INTO `{db}`.nouniq SELECT seq % 20, 'x' FROM seq_1_to_50",
         f"INSERT INTO `{db}`.dec_pk SELECT seq / 4, seq FROM seq_1_to_200",
         database=db,
     )
@@ -214,10 +216,19 @@ def test_table_without_primary_key_needs_a_chunk_key(cdc_settings: ConnectionSet
     assert p.table == name
     assert "no primary key" in p.message
     assert "chunk_key_columns" in p.message and "add a primary key" in p.message
-    # configuring a NOT NULL chunk key fixes it
+    # configuring a NOT NULL chunk key covered by a UNIQUE index fixes it
     fixed = _check(cdc_settings, [name], chunk_key_columns={name: ["id"]})
     assert fixed.ok, fixed.summary()
     assert fixed.tables == [name]
+
+
+def test_chunk_key_without_unique_index_is_refused(cdc_settings: ConnectionSettings, tables: str) -> None:
+    name = f"{tables}.nouniq"
+    report = _check(cdc_settings, [name], chunk_key_columns={name: ["id"]})
+    assert _codes(report) == ["chunk_key_not_unique"]
+    msg = report.problems[0].message
+    assert "no UNIQUE index" in msg and "overwrite each other" in msg and "chunk_key_columns" in msg
+    assert report.tables == []
 
 
 def test_nullable_chunk_key_is_refused(cdc_settings: ConnectionSettings, tables: str) -> None:
