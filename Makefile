@@ -16,10 +16,10 @@ test: bootstrap
 	.venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: bootstrap
-	.venv/bin/python -m airflow_provider_mysqlcdc.demo $(ARGS)
+	.venv/bin/python -m demo.run $(ARGS)
 
 demo-stop:
-	.venv/bin/python -m airflow_provider_mysqlcdc.demo --stop
+	.venv/bin/python -m demo.run --stop
 
 bench-split: bootstrap
 	.venv/bin/python bench/split.py

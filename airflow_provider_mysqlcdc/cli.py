@@ -116,7 +116,7 @@ def _tables(arg: str | None) -> list[str]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.source.checks import check_source
+    from airflow_provider_mysqlcdc.mysql.checks import check_source
 
     settings = _settings(args.conn_id)
     with settings.connect() as conn:
@@ -139,8 +139,8 @@ def _chunk_keys(items: list[str] | None) -> dict[str, list[str]]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.source.checks import check_source
-    from airflow_provider_mysqlcdc.source.planner import plan_snapshot
+    from airflow_provider_mysqlcdc.mysql.checks import check_source
+    from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 
     tables = _tables(args.tables)
     if not tables:
@@ -180,7 +180,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     server_offset, problem = None, None
     try:
         with _settings(args.conn_id).connect() as conn:
-            from airflow_provider_mysqlcdc.source.server import current_offset
+            from airflow_provider_mysqlcdc.mysql.server import current_offset
 
             server_offset = current_offset(conn)
     except (SystemExit, Exception) as exc:  # status must work while the source is down
@@ -207,8 +207,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
-    from airflow_provider_mysqlcdc.source.planner import DEFAULT_CHUNKS_PER_GROUP
+    from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
+    from airflow_provider_mysqlcdc.mysql.planner import DEFAULT_CHUNKS_PER_GROUP
 
     p = argparse.ArgumentParser(prog="mysqlcdc", description=__doc__.splitlines()[0])
     p.add_argument("-v", "--verbose", action="store_true", help="log what is happening")
@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.root.handlers = [handler]
     logging.root.setLevel(logging.INFO if args.verbose else logging.WARNING)
-    from airflow_provider_mysqlcdc.source.connection import SourceConnectionError
-    from airflow_provider_mysqlcdc.source.schema import SourceSchemaError
+    from airflow_provider_mysqlcdc.core.table import SourceSchemaError
+    from airflow_provider_mysqlcdc.mysql.connection import SourceConnectionError
 
     try:
         return int(args.func(args))

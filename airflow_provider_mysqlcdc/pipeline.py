@@ -36,20 +36,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit
-from airflow_provider_mysqlcdc.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
-from airflow_provider_mysqlcdc.sinks.base import StagedFile
-from airflow_provider_mysqlcdc.source import server as source_server
-from airflow_provider_mysqlcdc.source.checks import SourceCheckError, check_source
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
-from airflow_provider_mysqlcdc.source.schema import TableId, TableSchema, read_table_schema
-from airflow_provider_mysqlcdc.source.splitter import load_collations
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
+from airflow_provider_mysqlcdc.core.keys import Collation
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, build_manifest, offset_table
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
+from airflow_provider_mysqlcdc.mysql import server as source_server
+from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError, check_source
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
-    MANIFEST,
     RELOAD,
     RUN,
     SCHEMA_CHANGE,
@@ -57,12 +57,6 @@ from airflow_provider_mysqlcdc.stream.control import (
     pause_stream,
     resume_stream,
     stream_state,
-)
-from airflow_provider_mysqlcdc.stream.manifest import (
-    MANIFEST_VERSION,
-    ManifestError,
-    build_manifest,
-    check_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -110,11 +104,6 @@ class PlanOutcome:
         }
 
 
-def read_manifest(store: StateStore) -> dict[str, Any] | None:
-    m = store.read_json(MANIFEST)
-    return None if m is None else check_manifest(m)
-
-
 def plan_run(
     conn: Any,
     store: StateStore,
@@ -133,8 +122,8 @@ def plan_run(
     report = check_source(conn, config.tables, config.chunk_key_columns)
     if not report.ok:
         raise SourceCheckError(report)
-    manifest = read_manifest(store)
-    captured = set(manifest["tables"]) if manifest else set()
+    manifest = store.read_manifest()
+    captured = set(manifest.tables) if manifest else set()
     new = [t for t in config.tables if t not in captured]
     _check_owners(config, new, table_owner)
     backfill = [t for t in config.resnapshot_tables if t in captured]
@@ -275,42 +264,6 @@ def _check_proportions(plan: Any, config: PipelineConfig) -> None:
         raise PipelineStateError("the snapshot plan is out of proportion:\n  - " + "\n  - ".join(problems))
 
 
-def offset_manifest_entry(schema: TableSchema, key_columns: list[dict[str, Any]], offset: dict[str, Any]) -> dict:
-    """A manifest entry for a table captured from ``offset`` with no snapshot: one unbounded chunk.
-
-    ``key_columns`` are ``KeyColumn.to_dict()`` values (name, kind, collation).
-    """
-    split = SnapshotSplit(str(schema.table), 0, tuple(KeyColumn.from_dict(k) for k in key_columns), None, None)
-    return {
-        "schema": schema.to_dict(),
-        "primary_key": schema.merge_key([k["name"] for k in key_columns]),
-        "splits": [{**split.to_dict(), "high_watermark": dict(offset)}],
-    }
-
-
-def merge_manifests(old: dict[str, Any] | None, tables: dict[str, Any], collations: dict[str, Any]) -> dict[str, Any]:
-    """``old`` with ``tables`` added or replaced; start offset = min HW over every chunk. The rest
-    of ``old`` (its stream generation, checkpoint and app id) carries over.
-
-    The start offset only matters for a stream with no checkpoint; one with a checkpoint resumes
-    from it, and the per-chunk HWs decide what it applies.
-    """
-    merged = dict(old["tables"]) if old else {}
-    merged.update(tables)
-    if not merged:
-        raise ManifestError("no tables to capture")
-    hws = [BinlogOffset.from_dict(s["high_watermark"]) for t in merged.values() for s in t["splits"]]
-    return check_manifest(
-        {
-            **(old or {}),
-            "version": MANIFEST_VERSION,
-            "start_offset": min(hws).to_dict(),
-            "tables": merged,
-            "collations": {**(old or {}).get("collations", {}), **collations},
-        }
-    )
-
-
 @dataclass
 class FinalizeOutcome:
     plan_id: str
@@ -356,78 +309,61 @@ def finalize_run(
                 f"snapshot groups {missing} of plan {plan_id} reported no summary through XCom: they did not "
                 "finish. Clear and re-run those mapped snapshot task instances"
             )
-    old = read_manifest(store)
-    new_tables: dict[str, Any] = {}
-    collations: dict[str, Any] = {}
+    old = store.read_manifest()
+    new_tables: dict[str, CapturedTable] = {}
+    collations: dict[str, Collation] = {}
     if groups:
         part = build_manifest(record, store.read_all_results(plan_id))  # names chunks without results
-        new_tables.update(part["tables"])
-        collations.update(part.get("collations", {}))
+        new_tables.update(part.tables)
+        collations.update(part.collations)
     for t, o in record.get("offset_tables", {}).items():
         schema = TableSchema.from_dict(o["schema"])
-        new_tables[t] = offset_manifest_entry(schema, o["key_columns"], o["offset"])
-        collations.update(o.get("collations", {}))
-        sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t]["primary_key"])
+        new_tables[t] = offset_table(schema, o["key_columns"], BinlogOffset.from_dict(o["offset"]))
+        collations.update({k: Collation.from_dict(v) for k, v in o.get("collations", {}).items()})
+        sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t].merge_key)
 
     paused: dict[str, Any] = {}
     if new_tables and stream_state(store)["running"]:
         log.info("pausing the stream to hand %s over to it", sorted(new_tables))
         paused = pause_stream(store, timeout=stop_timeout)
     ckpt = checkpoint_offset(store, old)
-    handover: dict[str, Any] = {}
-    if ckpt is not None and new_tables and old is not None:
-        early = [
-            t for t, e in new_tables.items()
-            if any(BinlogOffset.from_dict(s["high_watermark"]) < ckpt for s in e["splits"])
-        ]
-        if early:
-            gen = int(old.get("generation", 0)) + 1
-            handover = {
-                "generation": gen,
-                "checkpoint": f"checkpoint-g{gen}",
-                "app_id": f"mysqlcdc-stream-{store.pipeline_id}-g{gen}",
-            }
-            for t, e in old["tables"].items():
-                if t in new_tables:
-                    continue
-                for s in e["splits"]:
-                    if BinlogOffset.from_dict(s["high_watermark"]) < ckpt:
-                        s["high_watermark"] = ckpt.to_dict()
-            log.info(
-                "the stream ran past the snapshot of %s (checkpoint %s): stream generation %d starts from the "
-                "earliest new high watermark; the captured tables' changes before %s are filtered out",
-                early, ckpt, gen, ckpt,
-            )
 
     for t in record.get("deferred_commit_tables", []):
         schema = TableSchema.from_dict(record["tables"][t])
         files: list[StagedFile] = []
         for g in groups:
-            res = store.read_group_results(plan_id, int(g["group_id"])) or {}
-            staged = res.get("staged_files", {}).get(t, [])
-            files += [StagedFile(f["path"], int(f["rows"]), int(f["size"])) for f in staged]
-        sink.replace_with_files(
-            t,
-            files,
-            cdc_types.arrow_schema(schema),
-            {"plan_id": plan_id, "re_snapshot": True},
-            primary_key=new_tables[t]["primary_key"] if t in new_tables else list(schema.primary_key),
-        )
+            report = store.read_group_report(plan_id, int(g["group_id"]))
+            files += report.staged_files.get(t, []) if report else []
+        key = new_tables[t].merge_key if t in new_tables else list(schema.primary_key)
+        meta = {"plan_id": plan_id, "re_snapshot": True}
+        sink.replace_with_files(t, files, cdc_types.arrow_schema(schema), meta, primary_key=key)
 
-    manifest = merge_manifests(old, new_tables, collations) if new_tables else old
+    manifest = old
+    new_generation = None
     if new_tables:
-        manifest.update(handover)
-        store.write_json(MANIFEST, manifest)
+        manifest = old.merged(new_tables, collations) if old else Manifest(
+            min(e.min_high_watermark for e in new_tables.values()), new_tables, collations
+        )
+        early = [t for t, e in new_tables.items() if ckpt is not None and e.min_high_watermark < ckpt]
+        if old is not None and ckpt is not None and early:
+            manifest = manifest.handed_over(store.pipeline_id, ckpt, new_tables)
+            new_generation = manifest.generation.number
+            log.info(
+                "the stream ran past the snapshot of %s (checkpoint %s): stream generation %d starts from the "
+                "earliest new high watermark; the captured tables' changes before %s are filtered out",
+                early, ckpt, new_generation, ckpt,
+            )
+        store.write_manifest(manifest)
     _forget_schema_changes(store, set(new_tables))
-    added = [t for t in new_tables if not old or t not in old["tables"]]
+    added = [t for t in new_tables if not old or t not in old.tables]
     out = FinalizeOutcome(
         plan_id=plan_id,
         added=added,
         resnapshotted=[t for t in new_tables if t not in added],
-        start_offset=None if manifest is None else manifest["start_offset"],
+        start_offset=None if manifest is None else manifest.start_offset.to_dict(),
         checkpoint_offset=None if ckpt is None else ckpt.to_dict(),
-        tables=sorted(manifest["tables"]) if manifest else [],
-        new_generation=handover.get("generation"),
+        tables=sorted(manifest.tables) if manifest else [],
+        new_generation=new_generation,
     )
     record["finalized"] = True
     record["finalize_outcome"] = out.to_dict()
@@ -464,11 +400,11 @@ def _forget_schema_changes(store: StateStore, tables: set[str]) -> None:
 def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None) -> dict[str, Any]:
     """One JSON-able picture of the pipeline: stream state, offsets, lag, each table's phase."""
     st = stream_state(store)
-    manifest = store.read_json(MANIFEST)
+    manifest = store.read_manifest()
     pointer = store.read_json(PLAN_POINTER) or {}
     ckpt = checkpoint_offset(store, manifest)
     tables: dict[str, str] = {}
-    for t in (manifest or {}).get("tables", {}):
+    for t in manifest.tables if manifest else {}:
         tables[t] = "streaming" if st["running"] else "captured (stream stopped)"
     if pointer and not pointer.get("finalized"):
         for t in pointer.get("tables", []):

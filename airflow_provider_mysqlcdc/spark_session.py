@@ -1,6 +1,6 @@
 """One way to build the Spark session every job and test uses, so that no path forgets a setting.
 
-The settings here are the ones the type mapping (:mod:`airflow_provider_mysqlcdc.cdc.types`)
+The settings here are the ones the type mapping (:mod:`airflow_provider_mysqlcdc.core.types`)
 depends on; a session built another way can silently change values:
 
 * ``spark.sql.session.timeZone=UTC`` — Spark renders and casts TIMESTAMP values in the session

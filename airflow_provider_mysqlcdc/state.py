@@ -21,52 +21,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from fsspec.core import url_to_fs
 
-_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+from airflow_provider_mysqlcdc.core.config import check_pipeline_id
+from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport
 
-
-def check_pipeline_id(pipeline_id: str) -> str:
-    if not isinstance(pipeline_id, str) or not _SAFE.match(pipeline_id):
-        raise ValueError(
-            f"pipeline_id {pipeline_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit"
-        )
-    return pipeline_id
-
-
-@dataclass(frozen=True)
-class ChunkResult:
-    """What one finished chunk reports: the offsets that bracket it and what it wrote."""
-
-    table: str
-    split_id: int
-    group_id: int
-    low_watermark: dict[str, Any]
-    high_watermark: dict[str, Any]
-    rows: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ChunkResult:
-        return cls(
-            d["table"],
-            int(d["split_id"]),
-            int(d["group_id"]),
-            d["low_watermark"],
-            d["high_watermark"],
-            int(d["rows"]),
-            float(d["seconds"]),
-        )
+MANIFEST = "manifest.json"
 
 
 class StateStore:
@@ -125,6 +90,15 @@ class StateStore:
         if self.fs.exists(self.path(rel)):
             self.fs.rm(self.path(rel), recursive=True)
 
+    # ---------------------------------------------------------------- the stream manifest
+    def read_manifest(self) -> Manifest | None:
+        """The pipeline's stream manifest (None before the first hand-over); ``ManifestError`` if broken."""
+        data = self.read_json(MANIFEST)
+        return None if data is None else Manifest.from_dict(data)
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        self.write_json(MANIFEST, manifest.to_dict())
+
     # ---------------------------------------------------------------- plans and results
     def write_plan(self, plan_id: str, plan: dict[str, Any]) -> None:
         self.write_json(f"plans/{plan_id}/plan.json", plan)
@@ -138,16 +112,12 @@ class StateStore:
             )
         return plan
 
-    def write_group_results(
-        self, plan_id: str, group_id: int, results: list[ChunkResult], extra: dict[str, Any]
-    ) -> None:
-        self.write_json(
-            f"plans/{plan_id}/results/group-{group_id:05d}.json",
-            {"group_id": group_id, "chunks": [r.to_dict() for r in results], **extra},
-        )
+    def write_group_report(self, plan_id: str, report: GroupReport) -> None:
+        self.write_json(f"plans/{plan_id}/results/group-{report.group_id:05d}.json", report.to_dict())
 
-    def read_group_results(self, plan_id: str, group_id: int) -> dict[str, Any] | None:
-        return self.read_json(f"plans/{plan_id}/results/group-{group_id:05d}.json")
+    def read_group_report(self, plan_id: str, group_id: int) -> GroupReport | None:
+        rec = self.read_json(f"plans/{plan_id}/results/group-{group_id:05d}.json")
+        return None if rec is None else GroupReport.from_dict(rec)
 
     def write_group_error(self, plan_id: str, group_id: int, message: str) -> None:
         self.write_json(f"plans/{plan_id}/errors/group-{group_id:05d}.json", {"error": message, "at": time.time()})
@@ -163,5 +133,5 @@ class StateStore:
         for name in self.list(f"plans/{plan_id}/results"):
             if name.startswith("group-") and name.endswith(".json"):
                 rec = self.read_json(f"plans/{plan_id}/results/{name}")
-                out += [ChunkResult.from_dict(c) for c in rec.get("chunks", [])]
+                out += GroupReport.from_dict(rec).chunks
         return out

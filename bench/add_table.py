@@ -40,18 +40,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 
-from airflow_provider_mysqlcdc.config import PipelineConfig
+from airflow_provider_mysqlcdc.core.config import PipelineConfig
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import RUN, request_stop, wait_until_applied
 from airflow_provider_mysqlcdc.stream.launcher import launch_detached
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-from airflow_provider_mysqlcdc.verify import compare
+from tests.support.mariadb import MariaDBServer
+from tests.support.verify import compare
 
 log = logging.getLogger("bench.add_table")
 JOB = Path(__file__).resolve().parents[1] / "airflow_provider_mysqlcdc" / "jobs" / "stream.py"

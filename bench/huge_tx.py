@@ -34,18 +34,18 @@ from typing import Any
 
 import psutil
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, checkpoint_offset, request_stop
 from airflow_provider_mysqlcdc.stream.job import MANIFEST
-from airflow_provider_mysqlcdc.stream.manifest import build_manifest
-from airflow_provider_mysqlcdc.testing.bench_data import load_orders
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from tests.support.bench_data import load_orders
+from tests.support.mariadb import MariaDBServer
 
 log = logging.getLogger("bench.huge_tx")
 

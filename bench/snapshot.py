@@ -39,14 +39,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
+
+from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+from tests.support.bench_data import load_orders as load
+from tests.support.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
 
 log = logging.getLogger("bench.snapshot")
 
@@ -108,11 +109,11 @@ def main() -> int:
 
         # (b) plain Spark JDBC -> Parquet
         def spark_jdbc(dest: str) -> float:
-            props = cdc_types.jdbc_properties(settings)
+            props = mysql_jdbc.jdbc_properties(settings)
             props["fetchsize"] = "10000"
             t0 = time.monotonic()
             df = spark.read.jdbc(
-                cdc_types.jdbc_url(settings), "bench.orders", column="id", lowerBound=1, upperBound=args.rows,
+                mysql_jdbc.jdbc_url(settings), "bench.orders", column="id", lowerBound=1, upperBound=args.rows,
                 numPartitions=8, properties=props,
             )
             df.write.mode("overwrite").parquet(dest)

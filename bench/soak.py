@@ -31,8 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-from airflow_provider_mysqlcdc.testing.soak import run_soak
+from tests.support.mariadb import MariaDBServer
+from tests.support.soak import run_soak
 
 log = logging.getLogger("bench.soak")
 

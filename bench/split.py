@@ -26,11 +26,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.splitter import SplitOptions, split_table
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.splitter import SplitOptions, split_table
+from tests.support.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
 
 log = logging.getLogger("bench.split")
 STEP = 500_000

@@ -69,14 +69,15 @@ from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.manifest import build_manifest, table_schemas_from_manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.mysql import binlog_values
+from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream import job as stream_job
@@ -88,10 +89,9 @@ from airflow_provider_mysqlcdc.stream.job import (
     start_stream,
     stop_gracefully,
 )
-from airflow_provider_mysqlcdc.stream.manifest import build_manifest, table_schemas_from_manifest
-from airflow_provider_mysqlcdc.testing.bench_data import load_orders as load
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 from bench.huge_tx import huge_tx_scenario
+from tests.support.bench_data import load_orders as load
+from tests.support.mariadb import MariaDBServer
 
 log = logging.getLogger("bench.stream")
 
@@ -411,8 +411,8 @@ def breakdown(
     per layer, so the figures do not depend on what else runs on the machine."""
     from pyspark.sql.types import _parse_datatype_string
 
-    from airflow_provider_mysqlcdc.cdc.change_block import decode_blocks, fold_block
-    from airflow_provider_mysqlcdc.stream.source import (
+    from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
+    from airflow_provider_mysqlcdc.stream.spark_source import (
         SCHEMA,
         BinlogPartition,
         MySqlBinlogStreamReader,
@@ -420,7 +420,7 @@ def breakdown(
     )
 
     schemas = table_schemas_from_manifest(manifest)
-    conv = {t: cdc_types.binlog_row_converter(s) for t, s in schemas.items()}
+    conv = {t: binlog_values.binlog_row_converter(s) for t, s in schemas.items()}
     cpu: dict[str, float] = {"bare_reader": bare_cpu}
 
     # 1. BinlogRangeReader + canonical conversion (what every task runs first)

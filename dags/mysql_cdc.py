@@ -30,8 +30,8 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, Param
 
-from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
-from airflow_provider_mysqlcdc.config import DEFAULT_CHUNKS_PER_TASK, STARTUP_MODES, STREAM_MODES
+from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, STARTUP_MODES, STREAM_MODES
 from airflow_provider_mysqlcdc.operators import (
     MySqlCdcPlanOperator,
     MySqlCdcSnapshotOperator,

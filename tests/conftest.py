@@ -22,8 +22,8 @@ os.environ.setdefault(
     "AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags")
 )
 
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings  # noqa: E402
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings  # noqa: E402
+from tests.support.mariadb import MariaDBServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +50,7 @@ def private_server() -> Iterator[MariaDBServer]:
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
     """The metadata DB of the private AIRFLOW_HOME, for ``dag.test()`` (migrated once, ~4 s)."""
-    from airflow_provider_mysqlcdc.testing.airflow_env import migrate_db
+    from tests.support.airflow_env import migrate_db
 
     migrate_db()
 

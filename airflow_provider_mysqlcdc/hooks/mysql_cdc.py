@@ -8,12 +8,13 @@ from typing import Any
 
 import pymysql
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
 from airflow_provider_mysqlcdc.get_provider_info import CONN_FIELDS
-from airflow_provider_mysqlcdc.source import server
-from airflow_provider_mysqlcdc.source.checks import SourceReport, check_source
-from airflow_provider_mysqlcdc.source.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
-from airflow_provider_mysqlcdc.source.schema import TableId, TableSchema, read_table_schema
+from airflow_provider_mysqlcdc.mysql import server
+from airflow_provider_mysqlcdc.mysql.checks import SourceReport, check_source
+from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 
 try:  # Airflow 3
     from airflow.sdk import BaseHook

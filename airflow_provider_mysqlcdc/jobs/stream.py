@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
+    from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
     from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
-    from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
     from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder

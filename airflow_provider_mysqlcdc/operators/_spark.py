@@ -23,7 +23,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"

@@ -7,8 +7,8 @@ from typing import Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_mysqlcdc.cdc.split import DEFAULT_CHUNK_SIZE
-from airflow_provider_mysqlcdc.config import DEFAULT_CHUNKS_PER_TASK, PipelineConfig, PipelineConfigError
+from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, PipelineConfig, PipelineConfigError
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -127,12 +127,12 @@ class MySqlCdcPlanOperator(BaseOperator):
     def execute(self, context: Any) -> list[dict[str, Any]]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from airflow_provider_mysqlcdc.core.table import SourceSchemaError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError
+        from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, new_plan_id, plan_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-        from airflow_provider_mysqlcdc.source.checks import SourceCheckError
-        from airflow_provider_mysqlcdc.source.schema import SourceSchemaError
-        from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.state import StateStore
 
         try:

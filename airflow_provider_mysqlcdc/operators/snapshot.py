@@ -153,8 +153,8 @@ class MySqlCdcSnapshotOperator(BaseOperator):
                 msg = f"snapshot group {group_id} ({self.group_label}) failed: {err['error']}"
                 raise AirflowException(msg) from None
             raise
-        res = store.read_group_results(self.plan_id, group_id)
-        if not res:
+        res = store.read_group_report(self.plan_id, group_id)
+        if res is None:
             raise AirflowException(
                 f"the snapshot job of group {group_id} exited 0 but left no results in the state store "
                 f"({store.url('plans', self.plan_id, 'results')}): is state_root shared with the Spark driver?"
@@ -172,19 +172,17 @@ class MySqlCdcSnapshotOperator(BaseOperator):
             self._hook.on_kill()
 
 
-def _summary(plan_id: str, group_id: int, label: str, res: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
-
-    chunks = res.get("chunks", [])
-    hws = [BinlogOffset.from_dict(c["high_watermark"]) for c in chunks]
-    s = res.get("summary", {})
-    secs = float(s.get("seconds", 0.0))
-    rows = int(sum(int(c["rows"]) for c in chunks))
+def _summary(plan_id: str, group_id: int, label: str, res: Any) -> dict[str, Any]:
+    """The XCom summary of a group from its report (a ``core.records.GroupReport``)."""
+    chunks = res.chunks
+    hws = [c.high_watermark for c in chunks]
+    secs = float(res.summary.get("seconds", 0.0))
+    rows = int(sum(c.rows for c in chunks))
     return {
         "plan_id": plan_id,
         "group_id": group_id,
         "group_label": label,
-        "tables": sorted({c["table"] for c in chunks}),
+        "tables": sorted({c.table for c in chunks}),
         "chunks": len(chunks),
         "rows": rows,
         "seconds": round(secs, 3),

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, TriggerRule
 
-from airflow_provider_mysqlcdc.config import STREAM_MODES
+from airflow_provider_mysqlcdc.core.config import STREAM_MODES
 
 
 class MySqlCdcStreamOperator(BaseOperator):
@@ -115,12 +115,12 @@ class MySqlCdcStreamOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+        from airflow_provider_mysqlcdc.core.manifest import ManifestError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.operators._spark import build_hook, job_path
-        from airflow_provider_mysqlcdc.pipeline import PLAN_POINTER, PipelineStateError, finalize_run, read_manifest
+        from airflow_provider_mysqlcdc.pipeline import PLAN_POINTER, PipelineStateError, finalize_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-        from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import (
             RUN,
@@ -130,7 +130,6 @@ class MySqlCdcStreamOperator(BaseOperator):
             stream_state,
         )
         from airflow_provider_mysqlcdc.stream.launcher import StreamLaunchError, launch_detached, wait_until_running
-        from airflow_provider_mysqlcdc.stream.manifest import ManifestError
 
         if self.stream_mode not in STREAM_MODES:
             raise AirflowFailException(f"stream_mode {self.stream_mode!r} is not one of {list(STREAM_MODES)}")
@@ -150,7 +149,7 @@ class MySqlCdcStreamOperator(BaseOperator):
             outcome = finalize_run(store, sink, str(plan_id), summaries, self.stop_timeout)
         except (ManifestError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
-        manifest = read_manifest(store)
+        manifest = store.read_manifest()
         result: dict[str, Any] = {"pipeline_id": self.pipeline_id, "plan": outcome.to_dict(), "launched": False}
         if manifest is None:
             raise AirflowFailException("the pipeline captures no table yet: nothing to stream")
@@ -173,14 +172,14 @@ class MySqlCdcStreamOperator(BaseOperator):
             self.log.warning("the stream had %s: %s — restarting it from its checkpoint", st["state"], st["reason"])
 
         ckpt = checkpoint_offset(store)
-        start = ckpt or BinlogOffset.from_dict(manifest["start_offset"])
+        start = ckpt or manifest.start_offset
         hook = MySqlCdcHook(self.mysql_cdc_conn_id)
         try:
             hook.ensure_offset_available(start)
         except BinlogUnavailableError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
-            "starting the stream of %s from %s (%s)", sorted(manifest["tables"]), start,
+            "starting the stream of %s from %s (%s)", sorted(manifest.tables), start,
             "its checkpoint" if ckpt else (
                 f"generation {outcome.new_generation}: the earliest new high watermark"
                 if outcome.new_generation else "the snapshot's minimum high watermark"

@@ -91,7 +91,7 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
     def poke(self, context: Any) -> bool:
         from airflow.sdk.exceptions import AirflowException
 
-        from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+        from airflow_provider_mysqlcdc.core.offset import BinlogOffset
         from airflow_provider_mysqlcdc.stream.control import watch_condition
 
         target = BinlogOffset.from_dict(self._target) if self._target else None

@@ -30,7 +30,7 @@ from deltalake import DeltaTable, Field, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from airflow_provider_mysqlcdc.sinks.base import StagedFile
+from airflow_provider_mysqlcdc.core.records import StagedFile
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ class DeltaSink:
         ``upserts`` are full rows (every column of the Delta table; extra columns mean the schema
         changed: call :meth:`evolve_schema` first); ``deletes`` hold the primary-key columns of the
         keys to delete. Together they must name each key at most once — what
-        :func:`~airflow_provider_mysqlcdc.cdc.batch.fold_changes` returns — because two source rows
+        :func:`~tests.support.reference_fold.fold_changes` returns — because two source rows
         for one key would insert it twice. Matched keys are deleted or updated (all columns),
         unmatched upserts are inserted; the join is on every primary-key column.
 
@@ -408,7 +408,7 @@ class DeltaSink:
         """Make the Delta table of ``table`` follow a source ``ALTER TABLE``; idempotent.
 
         ``new_schema`` is the canonical Arrow schema of the altered source table
-        (:func:`~airflow_provider_mysqlcdc.cdc.types.arrow_schema`). Supported, in place:
+        (:func:`~airflow_provider_mysqlcdc.core.types.arrow_schema`). Supported, in place:
 
         * **added columns** — appended as nullable columns; rows written before read NULL.
           Without a widening this is ``dt.alter.add_columns``: one metadata-only commit, O(1).

@@ -41,9 +41,9 @@ import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from airflow_provider_mysqlcdc.cdc.bucketed_fold import FoldedBucket
-from airflow_provider_mysqlcdc.cdc.changed_keys import ChangedKeys, match_files
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, conform_upserts
+from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
+from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ some point between LW and HW, so every key the window touches may be stale in th
    SELECT saw one of its versions, whatever the collation says about case or trailing spaces) —
    the changed keys spill too and are matched pass by pass (``cdc/changed_keys.py``);
 3. each last after-image is placed into its chunk in the database's own key order
-   (:class:`~cdc.split.SplitLocator`); only chunks of this group take it, the others are other
+   (:class:`~cdc.split.ChunkLocator`); only chunks of this group take it, the others are other
    groups' business;
 4. every chunk with a dropped row or a new image is rewritten, streamed row group by row group.
 
@@ -33,15 +33,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.bucketed_fold import BucketedFold, buckets_for
-from airflow_provider_mysqlcdc.cdc.change_block import BlockBuilder, block_schema
-from airflow_provider_mysqlcdc.cdc.changed_keys import ChangedKeys, match_files
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
-from airflow_provider_mysqlcdc.sinks.base import StagedFile
-from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
-from airflow_provider_mysqlcdc.source.rows_decoder import key_image_columns
+from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.mysql import binlog_values
+from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.rows_decoder import key_image_columns
+from airflow_provider_mysqlcdc.spill.bucketed_fold import BucketedFold, buckets_for
+from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.snapshot.group import _TableWork
@@ -81,7 +81,7 @@ def replay_window(
              for i, (t, w) in enumerate(by_table.items())}  # fmt: skip
     before_cols = {t: key_image_columns(w.pk_cols, w.chunk_cols) for t, w in by_table.items()}
     builders = {t: BlockBuilder(block_schema(w.arrow_schema, before_cols[t])) for t, w in by_table.items()}
-    converters = {t: cdc_types.binlog_row_converter(w.schema) for t, w in by_table.items()}
+    converters = {t: binlog_values.binlog_row_converter(w.schema) for t, w in by_table.items()}
     n = 0
     try:
         reader = BinlogRangeReader(

@@ -35,21 +35,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_bytes
-from airflow_provider_mysqlcdc.cdc.predicate import quote_ident, split_condition, sql_literal
-from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit, SplitLocator
-from airflow_provider_mysqlcdc.sinks.base import StagedFile
+from airflow_provider_mysqlcdc.core import projection
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk
+from airflow_provider_mysqlcdc.core.keys import KeyColumn
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes
+from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition, sql_literal
+from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport, StagedFile
+from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableSchema
+from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
+from airflow_provider_mysqlcdc.mysql import server as source_server
+from airflow_provider_mysqlcdc.mysql.checks import check_server
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.binlog_window import replay_window
 from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable, stage_chunks
-from airflow_provider_mysqlcdc.source import server as source_server
-from airflow_provider_mysqlcdc.source.checks import check_server
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.planner import SnapshotPlan
-from airflow_provider_mysqlcdc.source.schema import SourceSchemaError, TableSchema, read_table_schema
-from airflow_provider_mysqlcdc.state import ChunkResult, StateStore
+from airflow_provider_mysqlcdc.state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +126,8 @@ class _TableWork:
     table: str
     schema: TableSchema
     arrow_schema: pa.Schema
-    splits: list[SnapshotSplit]  # this group's chunks of the table
-    locator: SplitLocator  # over ALL chunks of the table (keys may move to other groups' chunks)
+    splits: list[SnapshotChunk]  # this group's chunks of the table
+    locator: ChunkLocator  # over ALL chunks of the table (keys may move to other groups' chunks)
     pk_cols: list[str]
     chunk_cols: list[str]
     staging: str = ""
@@ -172,8 +175,8 @@ def run_snapshot_group(
     log.info("snapshot group %s: %s (attempt %s)", group_key, group.label(), attempt)
 
     work = _prepare(plan, group.splits, sink, group_key, attempt)
-    url = cdc_types.jdbc_url(settings)
-    props = cdc_types.jdbc_properties(settings)
+    url = mysql_jdbc.jdbc_url(settings)
+    props = mysql_jdbc.jdbc_properties(settings)
     props["fetchsize"] = str(opts.fetch_size)
 
     try:
@@ -234,11 +237,11 @@ def run_snapshot_group(
     rows_total = 0
     chunk_results: list[ChunkResult] = []
     secs = time.monotonic() - t0
-    staged: dict[str, list[dict[str, Any]]] = {}
+    staged: dict[str, list[StagedFile]] = {}
     for w in work:
         files = [f for f in w.files.values() if f.rows > 0]
         if w.table in deferred:
-            staged[w.table] = [{"path": f.path, "rows": f.rows, "size": f.size} for f in files]
+            staged[w.table] = files
             log.info("%s: %d staged files kept for the table swap after the last group", w.table, len(files))
         else:
             sink.commit_snapshot_group(
@@ -254,13 +257,11 @@ def run_snapshot_group(
             rows = f.rows if f else 0
             rows_total += rows
             chunk_results.append(
-                ChunkResult(w.table, s.split_id, group_id, low.to_dict(), high.to_dict(), rows, round(secs, 3))
+                ChunkResult(w.table, s.split_id, group_id, low, high, rows, round(secs, 3))
             )
     secs = time.monotonic() - t0
     result = GroupResult(group_id, low, high, chunk_results, rows_total, secs, window_changes)
-    store.write_group_results(
-        plan_id, group_id, chunk_results, {"summary": result.summary(), "attempt": attempt, "staged_files": staged}
-    )
+    store.write_group_report(plan_id, GroupReport(group_id, chunk_results, result.summary(), attempt, staged))
     log.info(
         "snapshot group %s done: %d chunks, %d rows, %.1fs (%.0f rows/s), LW %s, HW %s, %d window changes",
         group_key,
@@ -292,7 +293,7 @@ def _check_unchanged(conn: Any, work: list[_TableWork], plan_id: str) -> None:
 
 
 def _prepare(
-    plan: SnapshotPlan, splits: list[SnapshotSplit], sink: DeltaSink, group_key: str, attempt: str
+    plan: SnapshotPlan, splits: list[SnapshotChunk], sink: DeltaSink, group_key: str, attempt: str
 ) -> list[_TableWork]:
     out = []
     for table in dict.fromkeys(s.table for s in splits):
@@ -307,7 +308,7 @@ def _prepare(
             schema=schema,
             arrow_schema=arrow_schema,
             splits=[s for s in splits if s.table == table],
-            locator=SplitLocator(all_splits, plan.collations),
+            locator=ChunkLocator(all_splits, plan.collations),
             pk_cols=[c.name for c in pk_key_cols],
             chunk_cols=all_splits[0].key_names,
         )
@@ -385,12 +386,12 @@ def jdbc_frame(
     predicates: list[str] | None = None,
     key_columns: list[str] | None = None,
 ) -> Any:
-    """The table read with Spark JDBC as a DataFrame of canonical values (:func:`cdc_types.jdbc_read`):
+    """The table read with Spark JDBC as a DataFrame of canonical values (:func:`projection.jdbc_read`):
     one partition per predicate, in order. ``key_columns`` are the columns the predicates compare.
 
     The server sends dates and times as integers and Spark's proleptic functions make them DATE
     and TIMESTAMP (a narrow projection: partition i still holds predicate i's rows)."""
-    read = cdc_types.jdbc_read(schema, key_columns or ())
+    read = projection.jdbc_read(schema, key_columns or ())
     subquery = f"(SELECT {read.select_list} FROM {schema.table.quoted}) AS src"
     reader_props = {**props, "customSchema": read.custom_schema}
     if predicates is None:
@@ -475,7 +476,7 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
-def _collect_staged(staging: str, splits: list[SnapshotSplit]) -> dict[int, StagedFile]:
+def _collect_staged(staging: str, splits: list[SnapshotChunk]) -> dict[int, StagedFile]:
     """Map Spark's part files back to chunks: partition i read predicate i, i.e. ``splits[i]``."""
     out: dict[int, StagedFile] = {}
     base = _local(staging)

@@ -7,9 +7,9 @@ into Arrow columns, and pyarrow writes them: the same chunks staged in ~0.7x of 
 same 2 cores (bench/RESULTS.md). Spark still schedules the chunks (one task per chunk), so the
 group keeps Spark's parallelism, retries and progress reporting; only the rows skip the JVM.
 
-The reader is exact or not used: :func:`airflow_provider_mysqlcdc.cdc.types.native_select_list`
+The reader is exact or not used: :func:`airflow_provider_mysqlcdc.core.types.native_select_list`
 makes the server send every value in a form connectorx decodes exactly and
-:func:`~airflow_provider_mysqlcdc.cdc.types.canonicalize_native` casts it with checked casts.
+:func:`~airflow_provider_mysqlcdc.core.types.canonicalize_native` casts it with checked casts.
 Tables with a column it cannot read (GEOMETRY), TLS connections and non-local sinks use Spark
 JDBC (see :func:`native_reader_unavailable`).
 """
@@ -21,9 +21,10 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.core import projection
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 
 
 def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema, staging: str) -> str | None:
@@ -36,7 +37,7 @@ def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema,
         return "the connection requires TLS (the native reader is used only without TLS)"
     if "://" in staging and not staging.startswith("file://"):
         return f"the sink is not on a local or mounted file system ({staging.split('://', 1)[0]}://)"
-    return cdc_types.native_read_unsupported(schema)
+    return projection.native_read_unsupported(schema)
 
 
 def connection_uri(settings: ConnectionSettings) -> str:
@@ -48,7 +49,7 @@ def connection_uri(settings: ConnectionSettings) -> str:
 
 
 def chunk_query(schema: TableSchema, predicate: str) -> str:
-    return f"SELECT {cdc_types.native_select_list(schema)} FROM {schema.table.quoted} WHERE {predicate}"
+    return f"SELECT {projection.native_select_list(schema)} FROM {schema.table.quoted} WHERE {predicate}"
 
 
 def stage_chunk(
@@ -76,7 +77,7 @@ def stage_chunk(
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
         raise RuntimeError(f"reading {schema.table} failed: the native reader crashed: {exc}") from None
-    table = cdc_types.canonicalize_native(raw, schema)
+    table = projection.canonicalize_native(raw, schema)
     base = staging_dir[len("file://") :] if staging_dir.startswith("file://") else staging_dir
     os.makedirs(base, exist_ok=True)
     path = f"{base}/part-{index:05d}-{uuid.uuid4().hex}.parquet"

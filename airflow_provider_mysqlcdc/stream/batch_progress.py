@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import STATUS, batch_offsets
 from airflow_provider_mysqlcdc.stream.staged_blocks import batch_key, batch_progress
@@ -33,7 +34,7 @@ class BatchProgress:
     def __init__(
         self,
         store: StateStore,
-        manifest: dict[str, Any],
+        manifest: Manifest,
         batch_id: int,
         staging: str | None,
         last_status: dict[str, Any] | None,

@@ -21,12 +21,12 @@ import time
 import uuid
 from typing import Any
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.manifest import DEFAULT_CHECKPOINT, Manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.state import StateStore
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 RUN = "stream/run.json"
 STOP_REQUEST = "stream/stop-request.json"
 HANDLE = "stream/handle.json"
@@ -34,7 +34,6 @@ RELOAD = "stream/reload.json"  # a hand-over: pause after the running batch, res
 STATUS = "stream/status.json"
 STAGED = "stream/staged"  # change blocks of large batches, on their way from the tasks to the driver
 SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and must follow
-CHECKPOINT = "checkpoint"
 HEARTBEAT_SECONDS = 5.0
 STALE_AFTER_SECONDS = 45.0
 LIVE_STATES = ("starting", "running", "stopping", "paused")
@@ -249,18 +248,18 @@ def resume_stream(store: StateStore, reload_id: str, timeout: float = 300.0) -> 
     raise TimeoutError(f"the stream did not resume within {timeout:.0f}s after the hand-over")
 
 
-def checkpoint_dir(store: StateStore, manifest: dict[str, Any] | None = None) -> str:
+def checkpoint_dir(store: StateStore, manifest: Manifest | None = None) -> str:
     """The current stream generation's checkpoint directory (relative to the pipeline's state).
 
-    A stream generation starts when tables are added while the stream ran past their snapshot's
-    high watermarks (``pipeline.finalize_run``): the new generation reads from an earlier offset
-    than the old checkpoint, so it gets a checkpoint (and Delta transaction app id) of its own.
+    A stream generation starts when tables are handed over while the stream ran past their
+    snapshot's high watermarks (``pipeline.finalize_run``): it reads from an earlier offset than the
+    old checkpoint, so it gets a checkpoint (and Delta transaction app id) of its own.
     """
-    m = manifest if manifest is not None else (store.read_json(MANIFEST) or {})
-    return str(m.get("checkpoint") or CHECKPOINT)
+    m = manifest if manifest is not None else store.read_manifest()
+    return m.generation.checkpoint if m is not None else DEFAULT_CHECKPOINT
 
 
-def checkpoint_offset(store: StateStore, manifest: dict[str, Any] | None = None) -> BinlogOffset | None:
+def checkpoint_offset(store: StateStore, manifest: Manifest | None = None) -> BinlogOffset | None:
     """The end offset of the last micro-batch the checkpoint marks committed (None: no checkpoint).
 
     Spark's checkpoint keeps ``offsets/<batch>`` (written before a batch runs: version line,
@@ -273,9 +272,7 @@ def checkpoint_offset(store: StateStore, manifest: dict[str, Any] | None = None)
     return _logged_end_offset(store, ckpt, max(commits))
 
 
-def batch_offsets(
-    store: StateStore, manifest: dict[str, Any], batch_id: int
-) -> tuple[BinlogOffset, BinlogOffset] | None:
+def batch_offsets(store: StateStore, manifest: Manifest, batch_id: int) -> tuple[BinlogOffset, BinlogOffset] | None:
     """``(start, end)`` of micro-batch ``batch_id`` from the checkpoint's offset log (Spark writes
     it before the batch runs); None if the log does not have it."""
     ckpt = checkpoint_dir(store, manifest)
@@ -284,7 +281,7 @@ def batch_offsets(
         if batch_id > 0 and store.exists(f"{ckpt}/offsets/{batch_id - 1}"):
             start = _logged_end_offset(store, ckpt, batch_id - 1)
         else:
-            start = BinlogOffset.from_dict(manifest["start_offset"])
+            start = manifest.start_offset
     except (OSError, ValueError, KeyError):
         return None
     return start, end

@@ -28,15 +28,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
-from airflow_provider_mysqlcdc.cdc.change_block import decode_blocks, fold_block
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
+from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy, maintain_table
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.schema import TableSchema
+from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.control import (
@@ -50,7 +50,6 @@ from airflow_provider_mysqlcdc.stream.control import (
     checkpoint_dir,
     checkpoint_offset,
 )
-from airflow_provider_mysqlcdc.stream.manifest import chunk_key_columns_from_manifest, table_schemas_from_manifest
 from airflow_provider_mysqlcdc.stream.staged_blocks import clear_staging, read_staged_blocks, remove_batch
 
 log = logging.getLogger(__name__)
@@ -96,10 +95,6 @@ class StreamOptions:
         return out
 
 
-def app_id(pipeline_id: str) -> str:
-    return f"mysqlcdc-stream-{pipeline_id}"
-
-
 class BatchApplier:
     """``foreachBatch`` body: decode, fold per table, MERGE into Delta idempotently, report status.
 
@@ -113,7 +108,7 @@ class BatchApplier:
         self,
         store: StateStore,
         sink: DeltaSink,
-        manifest: dict[str, Any],
+        manifest: Manifest,
         options: StreamOptions | None = None,
         staging: str | None = None,
     ):
@@ -122,16 +117,11 @@ class BatchApplier:
         self.manifest = manifest
         self.options = options or StreamOptions()
         self.staging = staging
-        self.schemas = table_schemas_from_manifest(manifest)
+        self.schemas = manifest.schemas()
         self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
-        chunk_keys = chunk_key_columns_from_manifest(manifest)
-        self.pks = {t: s.merge_key(chunk_keys[t]) for t, s in self.schemas.items()}
-        self.schema_positions = {
-            t: BinlogOffset.from_dict(e["schema_position"])
-            for t, e in manifest["tables"].items()
-            if e.get("schema_position")
-        }
-        self.app_id = manifest.get("app_id") or app_id(store.pipeline_id)
+        self.pks = {t: list(e.merge_key) for t, e in manifest.tables.items()}
+        self.schema_positions = {t: e.schema_position for t, e in manifest.tables.items() if e.schema_position}
+        self.app_id = manifest.app_id(store.pipeline_id)
         self.batches = 0
         # what the status file says between batches; a large batch's progress is written on top of it
         last = store.read_json(STATUS) or {}
@@ -354,13 +344,15 @@ def follow_schema_change(store: StateStore, sink: DeltaSink, settings: Connectio
     :class:`StreamSchemaError`: nothing at or after the DDL has been applied, and re-snapshotting
     the table (backfill) moves its filters past the DDL.
     """
+    from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
+    from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
     from airflow_provider_mysqlcdc.sinks.delta import UnsupportedSchemaChange
-    from airflow_provider_mysqlcdc.source.schema import SourceSchemaError, TableId, read_table_schema
 
     rec = store.read_json(SCHEMA_CHANGE)
     if not rec:
         return []
-    manifest = store.read_json(MANIFEST)
+    manifest = store.read_manifest()
+    assert manifest is not None, "a schema change was recorded by a stream that had a manifest"
     by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in rec["changes"]:
         by_table[c["table"]].append(c)
@@ -375,32 +367,29 @@ def follow_schema_change(store: StateStore, sink: DeltaSink, settings: Connectio
                     f"binlog has no row changes for it, so the Delta table cannot follow. {fix.format(t=t)}. "
                     "The stream stopped before it; nothing after it was applied"
                 )
-        entry = manifest["tables"][t]
-        old = TableSchema.from_dict(entry["schema"])
+        entry = manifest.tables[t]
+        old = entry.schema
         try:
             with settings.connect() as conn:
                 new = read_table_schema(conn, TableId.parse(t))
         except SourceSchemaError as exc:
             msg = f"{t} changed at {last} and cannot be read now ({exc}). {fix.format(t=t)}"
             raise StreamSchemaError(msg) from None
-        chunk_cols = list(entry["splits"][0]["key_columns"])
         if [c.lower() for c in new.primary_key] != [c.lower() for c in old.primary_key]:
             raise StreamSchemaError(
                 f"the primary key of {t} changed at {last} (from {old.primary_key} to {new.primary_key}): rows are "
                 f"merged by that key. {fix.format(t=t)}"
             )
         try:
-            evo = sink.evolve_schema(t, cdc_types.arrow_schema(new), new.merge_key(chunk_cols))
+            evo = sink.evolve_schema(t, cdc_types.arrow_schema(new), new.merge_key(entry.chunk_key_columns))
         except UnsupportedSchemaChange as exc:
             raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
         old_names = {c.name.lower() for c in old.columns}
         added = [c.name for c in new.columns if c.name.lower() not in old_names]
-        entry["schema"] = new.to_dict()
-        entry["added_columns"] = sorted(set(entry.get("added_columns", [])) | set(added))
-        entry["schema_position"] = last.to_dict()
+        entry.follow_ddl(new, added, last)
         followed.append(t)
         log.info("followed the DDL of %s at %s: added %s, widened %s", t, last, list(evo.added), list(evo.widened))
-    store.write_json(MANIFEST, manifest)
+    store.write_manifest(manifest)
     store.delete(SCHEMA_CHANGE)
     return followed
 
@@ -449,16 +438,16 @@ def start_stream(
     options: StreamOptions | None = None,
 ) -> Any:
     """Start the streaming query from the manifest in the state store (or its checkpoint)."""
-    from airflow_provider_mysqlcdc.stream.source import register
+    from airflow_provider_mysqlcdc.stream.spark_source import register
 
     opts = options or StreamOptions()
-    manifest = store.read_json(MANIFEST)
+    manifest = store.read_manifest()
     if manifest is None:
         raise FileNotFoundError(
             f"no stream manifest for pipeline {store.pipeline_id} under {store.state_root}: run the snapshot and "
             "the stream operator (which builds the manifest) first"
         )
-    for t in manifest["tables"]:  # another pipeline's table is refused before anything runs
+    for t in manifest.tables:  # another pipeline's table is refused before anything runs
         sink.check_owner(t)
         if sink.owner is not None and sink.exists(t) and sink.owner_of(t) is None:
             sink.claim(t)  # a table created before owners were recorded

@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 
 log = logging.getLogger(__name__)
 

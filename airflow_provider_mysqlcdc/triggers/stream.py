@@ -42,7 +42,7 @@ class MySqlCdcStreamTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+        from airflow_provider_mysqlcdc.core.offset import BinlogOffset
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import stream_state, watch_condition
 

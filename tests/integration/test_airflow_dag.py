@@ -27,16 +27,17 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
-from airflow_provider_mysqlcdc.testing.airflow_env import load_dag, run_dag
-from airflow_provider_mysqlcdc.testing.background import BackgroundCall
-from airflow_provider_mysqlcdc.testing.random_writer import RandomWriter, make_tables
-from airflow_provider_mysqlcdc.verify import compare
+from tests.support.airflow_env import load_dag, run_dag
+from tests.support.background import BackgroundCall
+from tests.support.random_writer import RandomWriter, make_tables
+from tests.support.verify import compare
 
 ROWS = 12_000
 DB = "cdc"

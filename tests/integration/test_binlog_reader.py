@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.changes import RowChange, last_change_per_key
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
-from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader, BinlogReadError
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
-from airflow_provider_mysqlcdc.source.server import BinlogUnavailableError, current_offset
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from airflow_provider_mysqlcdc.core.change import RowChange, last_change_per_key
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
+from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader, BinlogReadError
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, current_offset
+from tests.support.mariadb import MariaDBServer
 
 pytestmark = pytest.mark.integration
 
@@ -560,8 +560,9 @@ def test_partial_row_images_name_the_setting(private_server: MariaDBServer) -> N
 
 def test_convert_tells_empty_set_from_null(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
     """A nullable SET holding the empty set must arrive as '' (not NULL) through the reader."""
-    from airflow_provider_mysqlcdc.cdc.types import binlog_row_converter
-    from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
+    from airflow_provider_mysqlcdc.core.table import TableId
+    from airflow_provider_mysqlcdc.mysql.binlog_values import binlog_row_converter
+    from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 
     mariadb.execute(f"CREATE TABLE `{db}`.s (id INT PRIMARY KEY, tags SET('a','b') NULL)")
     conv = binlog_row_converter(read_table_schema(cdc_conn, TableId(db, "s")))

@@ -22,9 +22,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from airflow_provider_mysqlcdc.source.checks import SourceReport, check_source
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer, ServerSettings
+from airflow_provider_mysqlcdc.mysql.checks import SourceReport, check_source
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from tests.support.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer, ServerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -484,7 +484,7 @@ class _FakeConn:
 def test_set_default_hidden_rules_and_unreadable_foreign_keys_without_a_server() -> None:
     """SET DEFAULT (MySQL's InnoDB refuses it, MariaDB's stores RESTRICT), rules read from SHOW CREATE
     TABLE under ANSI_QUOTES and with a quoted name, and a failing information_schema read."""
-    from airflow_provider_mysqlcdc.source.checks import cascading_fk_warnings
+    from airflow_provider_mysqlcdc.mysql.checks import cascading_fk_warnings
 
     columns = [("fk_c", "other", "p", "a"), ("fk_c", "other", "p", "b")]
     (w,) = cascading_fk_warnings(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
+from tests.support.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from airflow_provider_mysqlcdc.cdc.bucketed_fold import BucketedFold
-from airflow_provider_mysqlcdc.cdc.change_block import BlockBuilder, block_schema, fold_block
-from airflow_provider_mysqlcdc.sinks.base import StagedFile
+from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema, fold_block
+from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
+from airflow_provider_mysqlcdc.spill.bucketed_fold import BucketedFold
 
 APP = "mysqlcdc-stream-bounded"
 

@@ -27,11 +27,11 @@ import pytest
 from deltalake import QueryBuilder
 from deltalake.exceptions import CommitFailedError
 
-from airflow_provider_mysqlcdc.cdc.batch import fold_changes, keys_to_arrow
-from airflow_provider_mysqlcdc.cdc.types import arrow_schema, rows_to_arrow
-from airflow_provider_mysqlcdc.sinks.base import StagedFile
+from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
+from airflow_provider_mysqlcdc.core.types import arrow_schema, rows_to_arrow
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, UnsupportedSchemaChange
-from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema
+from tests.support.reference_fold import fold_changes, keys_to_arrow
 
 TABLE = "shop.orders"
 APP = "mysqlcdc-stream-test"

@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, request_stop, stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.job import MANIFEST
-from airflow_provider_mysqlcdc.stream.manifest import build_manifest
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-from airflow_provider_mysqlcdc.verify import compare
+from tests.support.mariadb import MariaDBServer
+from tests.support.verify import compare
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_mysqlcdc import pipeline as pipeline_mod
-from airflow_provider_mysqlcdc.config import PipelineConfig, PipelineConfigError
+from airflow_provider_mysqlcdc.core.config import PipelineConfig, PipelineConfigError
 from airflow_provider_mysqlcdc.pipeline import PipelineStateError, finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, TableOwnedError
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group

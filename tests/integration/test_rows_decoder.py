@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
-from airflow_provider_mysqlcdc.source.connection import ServerIdAllocator
-from airflow_provider_mysqlcdc.source.rows_decoder import RowsDecoder, UnsupportedRowFormat
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.server import current_offset
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql import binlog_values
+from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
+from airflow_provider_mysqlcdc.mysql.connection import ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.rows_decoder import RowsDecoder, UnsupportedRowFormat
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from tests.integration.test_type_fidelity import DDL, ROWS, point
 
 pytestmark = pytest.mark.integration
@@ -38,7 +39,7 @@ def _read(settings: Any, start: Any, end: Any, table: str, schema: Any, fast: bo
     if fast:
         kw: dict[str, Any] = {"schemas": {table: schema}, "key_columns": {table: keys} if keys else None}
     else:
-        conv = cdc_types.binlog_row_converter(schema)
+        conv = binlog_values.binlog_row_converter(schema)
         kw = {"convert": lambda t, v, ns: conv(v, ns)}
     reader = BinlogRangeReader(settings, start, end, [table], _ids.next(), **kw)
     with reader:
@@ -188,7 +189,7 @@ def test_a_table_off_the_fast_path_falls_back_to_the_library(mariadb, db, cdc_se
     mariadb.execute(f"INSERT INTO `{db}`.l VALUES (1, 'привет', 1.5), (2, NULL, -0.25)",
                     f"UPDATE `{db}`.l SET v = 'да', id = 3 WHERE id = 1")  # fmt: skip
     end = current_offset(cdc_conn)
-    caplog.set_level("INFO", logger="airflow_provider_mysqlcdc.source.binlog")
+    caplog.set_level("INFO", logger="airflow_provider_mysqlcdc.mysql.binlog_reader")
     fast = _read(cdc_settings, start, end, f"{db}.l", schema, fast=True)
     assert "decoding with python-mysql-replication" in caplog.text and "koi8r" in caplog.text
     assert fast == _read(cdc_settings, start, end, f"{db}.l", schema, fast=False)

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
-from airflow_provider_mysqlcdc.cdc.predicate import split_condition
+from airflow_provider_mysqlcdc.core.predicate import split_condition
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import (
     SnapshotError,
@@ -23,8 +24,6 @@ from airflow_provider_mysqlcdc.snapshot.group import (
     SnapshotTestHooks,
     run_snapshot_group,
 )
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.state import StateStore
 
 ROWS = 3000
@@ -63,9 +62,9 @@ def _chunk_rows_now(mariadb: Any, plan: Any, group_id: int) -> dict[int, list[tu
 
 
 def _assert_group_matches(sink: DeltaSink, plan: Any, table: str, group_id: int, expected: dict[int, list]) -> None:
-    from airflow_provider_mysqlcdc.cdc.split import SplitLocator
+    from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
 
-    loc = SplitLocator([s for s in plan.splits if s.table == table])
+    loc = ChunkLocator([s for s in plan.splits if s.table == table])
     rows = _delta_rows(sink, table)
     ids = Counter(r[0] for r in rows)
     dups = [k for k, n in ids.items() if n > 1]
@@ -145,8 +144,8 @@ def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_
     # chunk results recorded with the group's watermarks
     recs = store.read_all_results("p1")
     assert sorted((r.table, r.split_id) for r in recs) == [(table, i) for i in range(6)]
-    assert {BinlogOffset.from_dict(r.high_watermark) for r in recs if r.group_id == 0} == {result.high_watermark}
-    assert all(BinlogOffset.from_dict(r.low_watermark) < result.high_watermark for r in recs if r.group_id == 0)
+    assert {r.high_watermark for r in recs if r.group_id == 0} == {result.high_watermark}
+    assert all(r.low_watermark < result.high_watermark for r in recs if r.group_id == 0)
     for r in recs:
         if r.group_id == 0:
             assert r.rows == len(group0_at_hw[r.split_id])
@@ -201,13 +200,13 @@ def test_unreachable_server_fails_clearly(mariadb, db, cdc_settings, spark, tmp_
     store = StateStore(str(tmp_path / "state"), "pipe")
     sink = DeltaSink(str(tmp_path / "lake"))
     _plan(cdc_settings, store, table)
-    from airflow_provider_mysqlcdc.testing.mariadb import free_port
+    from tests.support.mariadb import free_port
 
     bad = ConnectionSettings(**{**cdc_settings.__dict__, "port": free_port()})
     with pytest.raises(SnapshotError, match="cannot connect"):
         run_snapshot_group(spark, bad, store, "p1", 0, sink)
     assert not sink.exists(table) or sink.read(table).num_rows == 0
-    assert store.read_group_results("p1", 0) is None
+    assert store.read_group_report("p1", 0) is None
 
 
 def test_missing_table_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -219,7 +218,7 @@ def test_missing_table_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path)
     with pytest.raises(SnapshotError, match="does not exist"):
         run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
     assert sink.read(table).num_rows == 0
-    assert store.read_group_results("p1", 0) is None
+    assert store.read_group_report("p1", 0) is None
 
 
 def test_revoked_replication_privilege_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -240,7 +239,7 @@ def test_revoked_replication_privilege_fails_clearly(mariadb, db, cdc_settings, 
     finally:
         mariadb.execute(f"DROP USER '{user}'@'%'")
     assert sink.read(table).num_rows == 0
-    assert store.read_group_results("p1", 0) is None
+    assert store.read_group_report("p1", 0) is None
 
 
 WIDE = """CREATE TABLE {t} (
@@ -252,7 +251,7 @@ WIDE = """CREATE TABLE {t} (
 
 def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Rows added/changed in the window take the binlog path into the same files as the JDBC rows."""
-    from airflow_provider_mysqlcdc.verify import compare
+    from tests.support.verify import compare
 
     t = f"`{db}`.wide"
     mariadb.execute(
@@ -296,7 +295,7 @@ def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, s
 @pytest.mark.parametrize("point", ["after_low_watermark", "before_high_watermark"])
 def test_case_insensitive_string_keys(point: str, mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A key whose case changes in the window is one row under utf8mb4_general_ci, never two."""
-    from airflow_provider_mysqlcdc.verify import compare
+    from tests.support.verify import compare
 
     t = f"`{db}`.ci"
     mariadb.execute(
@@ -339,7 +338,7 @@ def test_alter_table_during_the_snapshot_fails_the_group(mariadb, db, cdc_settin
     with pytest.raises(SnapshotError, match=r"changed since plan p1 .* trigger the DAG again"):
         run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, test_hooks=hooks)
     assert sink.read(table).num_rows == 0
-    assert store.read_group_results("p1", 0) is None
+    assert store.read_group_report("p1", 0) is None
 
 
 def test_geometry_table_falls_back_to_jdbc_or_is_refused_by_reader_native(

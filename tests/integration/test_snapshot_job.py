@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
 from airflow_provider_mysqlcdc.state import StateStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_killed_job_rerun_has_exact_rows(reader: str, mariadb, db, cdc_settings,
     sink = DeltaSink(str(tmp_path / "lake"))
     visible = sink.read(table).num_rows if sink.exists(table) else 0
     assert visible == 0, "a killed job must leave nothing visible"
-    assert store.read_group_results("p1", 0) is None
+    assert store.read_group_report("p1", 0) is None
 
     mariadb.execute(f"UPDATE {table} SET v = -1 WHERE id % 1000 = 0")  # the source moves on meanwhile
     proc = _submit(tmp_path, cdc_settings, reader=reader)

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.config import PipelineConfig
+from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.pipeline import plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.testing.background import BackgroundCall
+from tests.support.background import BackgroundCall
 
 
 def test_on_kill_stops_the_spark_job_and_a_retry_is_exact(  # type: ignore[no-untyped-def]
@@ -57,7 +57,7 @@ def test_on_kill_stops_the_spark_job_and_a_retry_is_exact(  # type: ignore[no-un
     assert not th.is_alive()
     assert isinstance(th.error, AirflowException), (th.error, th.result)
     assert proc.poll() is not None  # the Spark job is gone
-    assert store.read_group_results("p1", 0) is None
+    assert store.read_group_report("p1", 0) is None
 
     summary = operator().execute({"run_id": "manual__x"})  # the retry
     assert summary["group_id"] == 0 and summary["chunks"] == 10 and summary["rows"] == 200_000

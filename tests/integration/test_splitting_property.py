@@ -12,7 +12,7 @@ For every table the splits from :func:`split_table` are checked
 
 (a) on the server: each split's predicate (:func:`split_condition`) as ``COUNT(*)`` and as a
     ``SELECT`` of the keys; the counts add up to the table's, and no row or key is in two splits;
-(b) in Python: :class:`SplitLocator` (binary search) and :meth:`SnapshotSplit.contains`, with the
+(b) in Python: :class:`ChunkLocator` (binary search) and :meth:`SnapshotChunk.contains`, with the
     collations of the split result, place every row in the split the server put it in. The same is
     done for a probe table (same column types, no key) holding keys *not* in the table — each
     boundary's case/accent/padding variants and neighbours — as binlog events would bring them;
@@ -35,13 +35,14 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import keys
-from airflow_provider_mysqlcdc.cdc.keys import Collation, KeyOrder
-from airflow_provider_mysqlcdc.cdc.predicate import quote_ident, split_condition
-from airflow_provider_mysqlcdc.cdc.split import SplitLocator
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.splitter import SplitOptions, TableSplitResult, split_table
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from airflow_provider_mysqlcdc.core import keys
+from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
+from airflow_provider_mysqlcdc.core.keys import Collation, KeyOrder
+from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.splitter import SplitOptions, TableSplitResult, split_table
+from tests.support.mariadb import MariaDBServer
 
 # A splitter that never advances must fail the test, not hang the run.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -382,7 +383,7 @@ def server_placement(conn: Any, table: str, result: TableSplitResult) -> Placeme
 
 
 def python_agrees(result: TableSplitResult, placement: Placement, label: str) -> None:
-    loc = SplitLocator(result.splits, result.collations)  # also checks the splits tile the key space
+    loc = ChunkLocator(result.splits, result.collations)  # also checks the splits tile the key space
     order = loc.order
     splits = loc.splits
     for rid, key in placement.keys_of.items():
@@ -517,7 +518,7 @@ def test_non_unique_varchar_chunk_key_equal_under_collation(
     rows = _hot_rows(rng, chunk, lambda: rng.choice(forms), lambda: rand_string(rng), n_hot=6 * chunk)
     case = Case("hot_varchar", [("s", varchar("utf8mb4_general_ci"))], rows, chunk, "uneven", primary_key=False)
     result = split_and_verify(mariadb, db, cdc_conn, case, rng)
-    loc = SplitLocator(result.splits, result.collations)
+    loc = ChunkLocator(result.splits, result.collations)
     homes = {loc.locate((f,)).split_id for f in forms}
     assert len(homes) == 1
     (home,) = homes

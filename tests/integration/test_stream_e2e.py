@@ -21,10 +21,11 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.job import (
     MANIFEST,
@@ -33,9 +34,8 @@ from airflow_provider_mysqlcdc.stream.job import (
     stop_gracefully,
     wait_until_caught_up,
 )
-from airflow_provider_mysqlcdc.stream.manifest import build_manifest
-from airflow_provider_mysqlcdc.testing.random_writer import RandomWriter, make_tables
-from airflow_provider_mysqlcdc.verify import compare
+from tests.support.random_writer import RandomWriter, make_tables
+from tests.support.verify import compare
 
 ROWS = 50_000
 CHUNK = 5_000
@@ -150,7 +150,7 @@ def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings
 @pytest.mark.timeout(900)
 def test_rotations_and_server_restart_while_streaming(cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """FLUSH BINARY LOGS several times and a MariaDB restart under the running stream: final state equal."""
-    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+    from tests.support.mariadb import MariaDBServer
 
     server = MariaDBServer()
     server.start()

@@ -15,16 +15,17 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.source.planner import plan_snapshot
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.server import current_offset
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import MANIFEST, StreamRunRecorder, stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.job import StreamOptions, StreamSchemaError, run_stream
-from airflow_provider_mysqlcdc.stream.manifest import build_manifest
-from airflow_provider_mysqlcdc.verify import compare
+from tests.support.verify import compare
 
 
 class StreamThread(threading.Thread):
@@ -116,7 +117,7 @@ def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_setti
 def test_truncate_stops_the_stream_and_a_resnapshot_recovers(
     streaming: Any, cdc_settings: Any, spark: Any
 ) -> None:
-    from airflow_provider_mysqlcdc.config import PipelineConfig
+    from airflow_provider_mysqlcdc.core.config import PipelineConfig
     from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
     from airflow_provider_mysqlcdc.stream.control import checkpoint_offset
 
@@ -135,7 +136,7 @@ def test_truncate_stops_the_stream_and_a_resnapshot_recovers(
     rows = sink.read(table).to_pylist()
     assert len(rows) >= 2900 and not any(r["note"] == "after" for r in rows)
     ddl_at = store.read_json("stream/schema-change.json")["changes"][0]["offset"]
-    from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+    from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 
     ckpt = checkpoint_offset(store)  # None: no batch committed since the stream started
     assert ckpt is None or ckpt <= BinlogOffset.from_dict(ddl_at)

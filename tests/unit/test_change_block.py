@@ -17,8 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_mysqlcdc.cdc.batch import fold_changes
-from airflow_provider_mysqlcdc.cdc.change_block import (
+from airflow_provider_mysqlcdc.core.change_block import (
     BlockBuilder,
     block_changes,
     block_schema,
@@ -26,6 +25,7 @@ from airflow_provider_mysqlcdc.cdc.change_block import (
     encode_block,
     fold_block,
 )
+from tests.support.reference_fold import fold_changes
 
 PK = ["a", "b"]
 SCHEMA = pa.schema([

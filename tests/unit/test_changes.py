@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.changes import RowChange, last_change_per_key
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.change import RowChange, last_change_per_key
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 
 TX = BinlogOffset("mysql-bin.000001", 100)
 _pos = iter(range(1000, 10**9, 100))

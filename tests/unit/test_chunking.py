@@ -10,8 +10,9 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import keys
-from airflow_provider_mysqlcdc.cdc.chunking import (
+from airflow_provider_mysqlcdc.core import keys
+from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, check_table_splits
+from airflow_provider_mysqlcdc.core.chunking import (
     DEFAULT_MAX_DISTRIBUTION_FACTOR,
     DEFAULT_MIN_DISTRIBUTION_FACTOR,
     Segment,
@@ -21,8 +22,7 @@ from airflow_provider_mysqlcdc.cdc.chunking import (
     pack_buckets,
     splits_from_boundaries,
 )
-from airflow_provider_mysqlcdc.cdc.keys import KeyColumn, KeyOrder
-from airflow_provider_mysqlcdc.cdc.split import SplitLocator, check_table_splits
+from airflow_provider_mysqlcdc.core.keys import KeyColumn, KeyOrder
 
 U64_MAX = 2**64 - 1
 
@@ -224,14 +224,14 @@ def test_even_path_boundaries_hold_every_key_once_and_stay_in_range(key_values: 
     assert bounds == sorted(set(bounds))
     assert all(min(key_values) < b <= max(key_values) for b in bounds)  # valid column values
     splits = splits_from_boundaries("db.t", [KeyColumn("id", keys.INT)], [(b,) for b in bounds])
-    loc = SplitLocator(splits)
+    loc = ChunkLocator(splits)
     per_split = Counter(loc.index_of((k,)) for k in key_values)
     assert sum(per_split.values()) == len(key_values)
     assert max(per_split.values()) <= 2 * chunk
 
 
 def test_unique_int_width_keeps_the_bound_without_counting() -> None:
-    from airflow_provider_mysqlcdc.cdc.chunking import arithmetic_boundaries, unique_int_width
+    from airflow_provider_mysqlcdc.core.chunking import arithmetic_boundaries, unique_int_width
 
     assert unique_int_width(1.0, 100) == 100
     assert unique_int_width(1.5, 100) == 150

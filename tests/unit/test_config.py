@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.config import PipelineConfig, PipelineConfigError
+from airflow_provider_mysqlcdc.core.config import PipelineConfig, PipelineConfigError
 
 BASE = {"pipeline_id": "shop", "sink_root": "/lake", "state_root": "/state", "tables": ["shop.orders"]}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.ddl import ALTER, DROP, RENAME, REPLACE, TRUNCATE, TableDdl, table_ddl
+from airflow_provider_mysqlcdc.core.ddl import ALTER, DROP, RENAME, REPLACE, TRUNCATE, TableDdl, table_ddl
 
 CAPTURED = frozenset({"shop.orders", "shop.items", "sales.t"})
 
@@ -41,8 +41,8 @@ def test_without_a_captured_set_every_table_is_reported() -> None:
 
 
 def test_converter_fills_only_columns_the_stream_added() -> None:
-    from airflow_provider_mysqlcdc.cdc.types import binlog_row_converter
-    from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema
+    from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
+    from airflow_provider_mysqlcdc.mysql.binlog_values import binlog_row_converter
 
     schema = TableSchema(
         TableId.parse("shop.t"),

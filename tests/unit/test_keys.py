@@ -8,8 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import keys
-from airflow_provider_mysqlcdc.cdc.keys import (
+from airflow_provider_mysqlcdc.core import keys
+from airflow_provider_mysqlcdc.core.keys import (
     BINARY,
     Collation,
     KeyColumn,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset, binlog_file_number, min_offset
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number, min_offset
 
 
 def test_file_number_is_the_numeric_suffix() -> None:

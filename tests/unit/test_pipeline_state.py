@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.manifest import chunk_key_columns_from_manifest, handoff_filter_from_manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
 from airflow_provider_mysqlcdc.pipeline import merge_manifests, new_plan_id, offset_manifest_entry
-from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
     RUN,
@@ -22,7 +23,6 @@ from airflow_provider_mysqlcdc.stream.control import (
     stream_state,
     watch_condition,
 )
-from airflow_provider_mysqlcdc.stream.manifest import chunk_key_columns_from_manifest, split_filter_from_manifest
 
 
 def _schema(name: str = "shop.t") -> TableSchema:
@@ -39,7 +39,7 @@ def _entry(name: str, hws: list[tuple[str, int]]) -> dict:
 def test_offset_entry_is_one_unbounded_chunk_that_passes_from_its_offset() -> None:
     m = merge_manifests(None, {"shop.t": _entry("shop.t", [("b.000002", 400)])}, {})
     assert m["start_offset"] == {"file": "b.000002", "pos": 400}
-    f = split_filter_from_manifest(m)
+    f = handoff_filter_from_manifest(m)
     assert not f.emits("shop.t", (5,), BinlogOffset("b.000002", 399))
     assert f.emits("shop.t", (5,), BinlogOffset("b.000002", 400))
     assert f.emits("shop.t", (-(2**62),), BinlogOffset("b.000003", 4))

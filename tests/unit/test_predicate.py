@@ -10,10 +10,10 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import keys
-from airflow_provider_mysqlcdc.cdc.chunking import splits_from_boundaries
-from airflow_provider_mysqlcdc.cdc.keys import Collation, KeyColumn
-from airflow_provider_mysqlcdc.cdc.predicate import quote_ident, range_condition, split_condition, sql_literal
+from airflow_provider_mysqlcdc.core import keys
+from airflow_provider_mysqlcdc.core.chunking import splits_from_boundaries
+from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn
+from airflow_provider_mysqlcdc.core.predicate import quote_ident, range_condition, split_condition, sql_literal
 
 A = KeyColumn("a", keys.INT)
 B = KeyColumn("b", keys.INT)

@@ -1,4 +1,4 @@
-"""SnapshotSplit containment, SplitLocator's binary search, check_table_splits and group_splits."""
+"""SnapshotChunk containment, ChunkLocator's binary search, check_table_splits and group_splits."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_mysqlcdc.cdc import keys
-from airflow_provider_mysqlcdc.cdc.chunking import splits_from_boundaries
-from airflow_provider_mysqlcdc.cdc.keys import Collation, KeyColumn, KeyOrder
-from airflow_provider_mysqlcdc.cdc.split import (
+from airflow_provider_mysqlcdc.core import keys
+from airflow_provider_mysqlcdc.core.chunk import (
     DEFAULT_MAX_MAP_LENGTH,
-    SnapshotSplit,
-    SplitGroup,
-    SplitLocator,
+    ChunkGroup,
+    ChunkLocator,
+    SnapshotChunk,
     check_table_splits,
     group_splits,
 )
+from airflow_provider_mysqlcdc.core.chunking import splits_from_boundaries
+from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn, KeyOrder
 
 ID = (KeyColumn("id", keys.INT),)
 
@@ -33,14 +33,14 @@ def _ci() -> Collation:
 CI = _ci()
 
 
-def _int_splits(bounds: list[int], table: str = "db.t") -> list[SnapshotSplit]:
+def _int_splits(bounds: list[int], table: str = "db.t") -> list[SnapshotChunk]:
     return splits_from_boundaries(table, ID, [(b,) for b in bounds])
 
 
-# ------------------------------------------------------------------ SplitLocator
+# ------------------------------------------------------------------ ChunkLocator
 def test_locate_keys_on_and_around_boundaries() -> None:
     splits = _int_splits([10, 20, 30])
-    loc = SplitLocator(splits)
+    loc = ChunkLocator(splits)
     cases = {
         -(2**63): 0, 9: 0,  # -inf end
         10: 1, 11: 1, 19: 1,  # a key exactly on a boundary belongs to the split it starts
@@ -55,7 +55,7 @@ def test_locate_keys_on_and_around_boundaries() -> None:
 
 
 def test_single_split_holds_everything() -> None:
-    loc = SplitLocator(_int_splits([]))
+    loc = ChunkLocator(_int_splits([]))
     assert len(loc.splits) == 1
     for k in (-(10**20), 0, 10**20):
         assert loc.locate((k,)).split_id == 0
@@ -63,7 +63,7 @@ def test_single_split_holds_everything() -> None:
 
 def test_locator_sorts_splits_by_id() -> None:
     splits = _int_splits([5, 15])
-    loc = SplitLocator(list(reversed(splits)))
+    loc = ChunkLocator(list(reversed(splits)))
     assert [s.split_id for s in loc.splits] == [0, 1, 2]
     assert loc.locate((15,)).split_id == 2
 
@@ -72,7 +72,7 @@ def test_locate_agrees_with_linear_scan_on_random_keys() -> None:
     rng = random.Random(7)
     bounds = sorted(rng.sample(range(-(10**6), 10**6), 300))
     splits = _int_splits(bounds)
-    loc = SplitLocator(splits)
+    loc = ChunkLocator(splits)
     probes = [rng.randint(-(10**6) - 5, 10**6 + 5) for _ in range(2000)] + bounds + [b - 1 for b in bounds]
     for k in probes:
         expected = [s.split_id for s in splits if s.contains((k,), loc.order)]
@@ -83,7 +83,7 @@ def test_locate_agrees_with_linear_scan_on_random_keys() -> None:
 def test_locate_composite_keys_row_value_order() -> None:
     cols = (KeyColumn("tenant", keys.STRING, "test_ci"), KeyColumn("id", keys.INT))
     splits = splits_from_boundaries("db.t", cols, [("acme", 100), ("acme", 200), ("beta", 0)])
-    loc = SplitLocator(splits, {"test_ci": CI})
+    loc = ChunkLocator(splits, {"test_ci": CI})
     cases = [
         (("acme", 99), 0),
         (("ACME", 100), 1),  # equal under the collation: on the boundary
@@ -108,7 +108,7 @@ def test_naive_per_column_comparison_would_misplace_composite_keys() -> None:
     # "a >= 1 AND b >= 50" would reject it from that split.
     cols = (KeyColumn("a", keys.INT), KeyColumn("b", keys.INT))
     splits = splits_from_boundaries("db.t", cols, [(1, 50)])
-    loc = SplitLocator(splits)
+    loc = ChunkLocator(splits)
     key = (2, 10)
     assert loc.locate(key).split_id == 1
     assert not splits[1].contains((1, 49), loc.order)
@@ -118,7 +118,7 @@ def test_naive_per_column_comparison_would_misplace_composite_keys() -> None:
 def test_locate_string_keys_with_collation() -> None:
     cols = (KeyColumn("s", keys.STRING, "test_ci"),)
     splits = splits_from_boundaries("db.t", cols, [("b",), ("m",)])
-    loc = SplitLocator(splits, {"test_ci": CI})
+    loc = ChunkLocator(splits, {"test_ci": CI})
     assert loc.locate(("A",)).split_id == 0
     assert loc.locate(("B",)).split_id == 1  # equal to 'b' here; code point order would say 'B' < 'b'
     assert loc.locate(("b ",)).split_id == 1
@@ -131,9 +131,9 @@ def test_locate_string_keys_with_collation() -> None:
 def test_locator_requires_collations_for_string_keys() -> None:
     cols = (KeyColumn("s", keys.STRING, "test_ci"),)
     with pytest.raises(ValueError, match="no ordering known"):
-        SplitLocator(splits_from_boundaries("db.t", cols, [("b",)]))
+        ChunkLocator(splits_from_boundaries("db.t", cols, [("b",)]))
     with pytest.raises(ValueError, match="no splits"):
-        SplitLocator([])
+        ChunkLocator([])
 
 
 # ------------------------------------------------------------------ check_table_splits
@@ -144,10 +144,10 @@ def test_check_table_splits_accepts_a_tiling() -> None:
 
 def test_check_table_splits_rejects_bounded_ends() -> None:
     s = _int_splits([10])
-    bad_first = [SnapshotSplit("db.t", 0, ID, (0,), (10,)), s[1]]
+    bad_first = [SnapshotChunk("db.t", 0, ID, (0,), (10,)), s[1]]
     with pytest.raises(ValueError, match="-inf"):
         check_table_splits(bad_first, KeyOrder(ID))
-    bad_last = [s[0], SnapshotSplit("db.t", 1, ID, (10,), (20,))]
+    bad_last = [s[0], SnapshotChunk("db.t", 1, ID, (10,), (20,))]
     with pytest.raises(ValueError, match=r"\+inf"):
         check_table_splits(bad_last, KeyOrder(ID))
     with pytest.raises(ValueError, match="at least one"):
@@ -156,8 +156,8 @@ def test_check_table_splits_rejects_bounded_ends() -> None:
 
 def test_check_table_splits_rejects_gaps_overlaps_and_empty_splits() -> None:
     gap = [
-        SnapshotSplit("db.t", 0, ID, None, (10,)),
-        SnapshotSplit("db.t", 1, ID, (11,), None),
+        SnapshotChunk("db.t", 0, ID, None, (10,)),
+        SnapshotChunk("db.t", 1, ID, (11,), None),
     ]
     with pytest.raises(ValueError, match="not adjacent"):
         check_table_splits(gap, KeyOrder(ID))
@@ -168,13 +168,13 @@ def test_check_table_splits_rejects_gaps_overlaps_and_empty_splits() -> None:
     with pytest.raises(ValueError, match="empty or reversed"):
         check_table_splits(reversed_, KeyOrder(ID))
     with pytest.raises(ValueError):
-        SplitLocator(gap)
+        ChunkLocator(gap)
 
 
 def test_check_table_splits_uses_collation_equality_for_adjacency() -> None:
     cols = (KeyColumn("s", keys.STRING, "test_ci"),)
-    split_a = SnapshotSplit("db.t", 0, cols, None, ("abc",))
-    split_b = SnapshotSplit("db.t", 1, cols, ("ABC ",), None)
+    split_a = SnapshotChunk("db.t", 0, cols, None, ("abc",))
+    split_b = SnapshotChunk("db.t", 1, cols, ("ABC ",), None)
     check_table_splits([split_a, split_b], KeyOrder(cols, {"test_ci": CI}))
 
 
@@ -185,23 +185,23 @@ def test_split_dict_round_trip_through_json() -> None:
         KeyColumn("s", keys.STRING, "utf8mb4_general_ci"),
         KeyColumn("b", keys.BYTES),
     )
-    split = SnapshotSplit("db.t", 3, cols, (Decimal("1.5000"), "x ", b"\x00"), None)
+    split = SnapshotChunk("db.t", 3, cols, (Decimal("1.5000"), "x ", b"\x00"), None)
     d = json.loads(json.dumps(split.to_dict()))
     assert d["start"] == ["1.5000", "x ", "AA=="]
     assert d["end"] is None
     assert d["key_columns"] == ["d", "s", "b"]
-    back = SnapshotSplit.from_dict(d)
+    back = SnapshotChunk.from_dict(d)
     assert back == split
     assert back.id == "db.t#3"
 
 
 def test_split_from_dict_defaults_to_int_keys() -> None:
-    s = SnapshotSplit.from_dict({"table": "db.t", "split_id": "1", "key_columns": ["id"], "start": [5], "end": [9]})
-    assert s == SnapshotSplit("db.t", 1, ID, (5,), (9,))
+    s = SnapshotChunk.from_dict({"table": "db.t", "split_id": "1", "key_columns": ["id"], "start": [5], "end": [9]})
+    assert s == SnapshotChunk("db.t", 1, ID, (5,), (9,))
 
 
 # ------------------------------------------------------------------ group_splits
-def _many(n: int) -> list[SnapshotSplit]:
+def _many(n: int) -> list[SnapshotChunk]:
     return _int_splits(list(range(1, n)))  # n splits
 
 
@@ -237,7 +237,7 @@ def test_group_splits_across_tables_and_labels() -> None:
     assert [g.tables for g in groups] == [["db.a"], ["db.a", "db.b"], ["db.b"]]
     assert groups[0].label() == "db.a chunks 0\u20131"
     assert groups[1].label() == "db.a chunk 2, db.b chunk 0"
-    back = SplitGroup.from_dict(json.loads(json.dumps(groups[1].to_dict())))
+    back = ChunkGroup.from_dict(json.loads(json.dumps(groups[1].to_dict())))
     assert back.splits == groups[1].splits and back.group_id == 1
 
 

@@ -9,13 +9,9 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from airflow_provider_mysqlcdc.cdc.types import (
-    arrow_schema,
-    canonicalize_native,
-    dictionary_columns,
-    native_select_list,
-)
-from airflow_provider_mysqlcdc.source.schema import ColumnInfo, TableId, TableSchema
+from airflow_provider_mysqlcdc.core.projection import canonicalize_native, native_select_list
+from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
+from airflow_provider_mysqlcdc.core.types import arrow_schema, dictionary_columns
 
 
 def _schema(*cols: tuple[str, str, str]) -> TableSchema:

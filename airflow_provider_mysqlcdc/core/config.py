@@ -1,0 +1,271 @@
+"""Pipeline parameters: what a DAG run (or the CLI) asks for, validated before anything runs.
+
+The example DAG's Params are validated by JSON schema in the trigger form; this module checks the
+same things again — and the things a schema cannot say (``resnapshot_tables`` must be among
+``tables``, a specific offset needs a file and a position) — because operators are also used with
+templated values, from other DAGs and from the CLI. Every problem is reported at once, each with
+the value that was given and what to give instead. Pure: no Airflow, no connections.
+
+``backfill_tables`` is the old name of ``resnapshot_tables`` (it collided with Airflow's own
+"backfill" of date ranges): still accepted, with a deprecation note in :attr:`PipelineConfig.notes`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+
+STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only")
+#: Below this chunk size, or above MAX_CHUNKS_PER_TABLE chunks for one table, a plan is refused
+#: unless allow_large_plan is set: each chunk costs a query and bookkeeping, each group a Spark
+#: application, so such a plan is almost always a typo (chunk_size 1) and takes hours.
+MIN_CHUNK_SIZE = 100
+MAX_CHUNKS_PER_TABLE = 10_000
+STREAM_MODES = ("detached", "attached")
+DEFAULT_CHUNKS_PER_TASK = 64
+
+_TABLE = re.compile(r"^`?[^`.\s]+`?\.`?[^`.\s]+`?$")
+_BINLOG_FILE = re.compile(r"^[^/\s]+\.\d+$")
+
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+def check_pipeline_id(pipeline_id: str) -> str:
+    """A pipeline id names a directory in the state store and a Delta table's owner: keep it plain."""
+    if not isinstance(pipeline_id, str) or not _SAFE_ID.match(pipeline_id):
+        raise ValueError(
+            f"pipeline_id {pipeline_id!r} is not valid: use 1-128 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit"
+        )
+    return pipeline_id
+
+
+class PipelineConfigError(ValueError):
+    """Bad pipeline parameters; the message lists every problem and the fix for each."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid pipeline parameters:\n  - " + "\n  - ".join(problems))
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    pipeline_id: str
+    sink_root: str
+    state_root: str
+    tables: list[str]
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    chunks_per_task: int = DEFAULT_CHUNKS_PER_TASK
+    startup_mode: str = "initial"
+    specific_offset: dict[str, Any] | None = None
+    resnapshot_tables: list[str] = field(default_factory=list)
+    skip_backfill: bool = False
+    chunk_key_columns: dict[str, list[str]] = field(default_factory=dict)
+    takeover_tables: list[str] = field(default_factory=list)
+    allow_large_plan: bool = False
+    notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def snapshots(self) -> bool:
+        """Whether new tables are snapshotted (else they start at an offset with no existing rows)."""
+        return self.startup_mode in ("initial", "snapshot-only")
+
+    @property
+    def streams(self) -> bool:
+        return self.startup_mode != "snapshot-only"
+
+    def start_offset(self) -> BinlogOffset | None:
+        if self.startup_mode != "specific-offset" or not self.specific_offset:
+            return None
+        return BinlogOffset(str(self.specific_offset["file"]), int(self.specific_offset["pos"]))
+
+    @classmethod
+    def from_params(cls, **params: Any) -> PipelineConfig:
+        """Validate and normalise; raise :class:`PipelineConfigError` listing every problem."""
+        problems: list[str] = []
+        pipeline_id = params.get("pipeline_id")
+        try:
+            check_pipeline_id(pipeline_id)  # type: ignore[arg-type]
+        except ValueError as exc:
+            problems.append(str(exc))
+        roots = {}
+        for name in ("sink_root", "state_root"):
+            v = params.get(name)
+            if not isinstance(v, str) or not v.strip():
+                problems.append(f"{name} must be a directory or URL (e.g. /data/lake or s3://bucket/lake), got {v!r}")
+            roots[name] = (v or "").strip() if isinstance(v, str) else ""
+
+        tables = _table_list("tables", params.get("tables"), problems)
+        if not tables and not any(p.startswith("tables") for p in problems):
+            problems.append("tables is empty: list at least one <database>.<table>, e.g. [\"shop.orders\"]")
+        notes: list[str] = []
+        resnapshot = _table_list("resnapshot_tables", params.get("resnapshot_tables") or [], problems)
+        legacy = _table_list("backfill_tables", params.get("backfill_tables") or [], problems)
+        if legacy:
+            notes.append(
+                f"backfill_tables is deprecated (it collides with Airflow's own backfill of date ranges): use "
+                f"resnapshot_tables={legacy} instead"
+            )
+            resnapshot += [t for t in legacy if t not in resnapshot]
+        unknown = [t for t in resnapshot if t not in tables]
+        if unknown:
+            problems.append(
+                f"resnapshot_tables {unknown} are not in tables {tables}: a table is re-snapshotted only if it is "
+                "captured; add it to tables as well"
+            )
+        takeover = _table_list("takeover_tables", params.get("takeover_tables") or [], problems)
+        unknown = [t for t in takeover if t not in tables]
+        if unknown:
+            problems.append(f"takeover_tables {unknown} are not in tables {tables}: add them to tables as well")
+        allow_large = _bool("allow_large_plan", params.get("allow_large_plan", False), problems)
+
+        chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
+        if chunk_size is not None and chunk_size < MIN_CHUNK_SIZE and not allow_large:
+            problems.append(
+                f"chunk_size {chunk_size} is below {MIN_CHUNK_SIZE} rows: every chunk costs a query and its "
+                f"bookkeeping, so a 1M-row table would make {1_000_000 // chunk_size:,} chunks. Use a chunk_size of "
+                f"{MIN_CHUNK_SIZE} or more (the default is {DEFAULT_CHUNK_SIZE}), or set allow_large_plan=true if "
+                "you mean it"
+            )
+        chunks_per_task = _int(
+            "chunks_per_task", params.get("chunks_per_task", DEFAULT_CHUNKS_PER_TASK), 1, 100_000, problems
+        )
+        mode = params.get("startup_mode") or "initial"
+        if mode not in STARTUP_MODES:
+            problems.append(f"startup_mode {mode!r} is not one of {list(STARTUP_MODES)}")
+        if resnapshot and mode not in ("initial", "snapshot-only"):
+            problems.append(
+                f"resnapshot_tables needs startup_mode 'initial' or 'snapshot-only' (a re-snapshot is a snapshot), "
+                f"got {mode!r}"
+            )
+        offset = params.get("specific_offset") or None
+        if isinstance(offset, str) and offset.strip():
+            offset = _parse_offset_text(offset, problems)
+        if mode == "specific-offset":
+            if not isinstance(offset, dict) or not offset.get("file") or offset.get("pos") in (None, ""):
+                problems.append(
+                    "startup_mode 'specific-offset' needs specific_offset with a binlog file and position, e.g. "
+                    "{\"file\": \"mysql-bin.000042\", \"pos\": 4} (take them from SHOW MASTER STATUS)"
+                )
+            else:
+                if not _BINLOG_FILE.match(str(offset["file"])):
+                    problems.append(
+                        f"specific_offset file {offset['file']!r} is not a binlog file name like mysql-bin.000042"
+                    )
+                pos = _int("specific_offset pos", offset["pos"], 4, None, problems)
+                offset = {"file": str(offset["file"]), "pos": pos}
+        else:
+            offset = None
+        skip_backfill = _bool("skip_backfill", params.get("skip_backfill", False), problems)
+        ck = params.get("chunk_key_columns") or {}
+        if isinstance(ck, str):
+            try:
+                ck = json.loads(ck) if ck.strip() else {}
+            except json.JSONDecodeError:
+                problems.append(f"chunk_key_columns must be a JSON object like {{\"db.t\": [\"col\"]}}, got {ck!r}")
+                ck = {}
+        if not isinstance(ck, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(c, str) for c in v) for v in ck.values()
+        ):
+            problems.append(f"chunk_key_columns must map <database>.<table> to a list of column names, got {ck!r}")
+            ck = {}
+        if problems:
+            raise PipelineConfigError(problems)
+        return cls(
+            pipeline_id=str(pipeline_id),
+            sink_root=roots["sink_root"],
+            state_root=roots["state_root"],
+            tables=tables,
+            chunk_size=int(chunk_size),  # type: ignore[arg-type]
+            chunks_per_task=int(chunks_per_task),  # type: ignore[arg-type]
+            startup_mode=str(mode),
+            specific_offset=offset,
+            resnapshot_tables=resnapshot,
+            skip_backfill=bool(skip_backfill),
+            chunk_key_columns={_norm_table(k): list(v) for k, v in ck.items()},
+            takeover_tables=takeover,
+            allow_large_plan=bool(allow_large),
+            notes=notes,
+        )
+
+
+def _norm_table(t: str) -> str:
+    return t.strip().replace("`", "")
+
+
+def _table_list(name: str, value: Any, problems: list[str]) -> list[str]:
+    if isinstance(value, str):  # a templated field rendered as text: JSON list or comma-separated
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                value = [v.strip(" '\"") for v in text.strip("[]").split(",")]
+        else:
+            value = [v for v in text.split(",")]
+    if not isinstance(value, list | tuple):
+        problems.append(f"{name} must be a list of <database>.<table>, got {value!r}")
+        return []
+    out: list[str] = []
+    for v in value:
+        if not isinstance(v, str) or not _TABLE.match(v.strip()):
+            problems.append(f"{name}: {v!r} is not a table name written as <database>.<table>")
+            continue
+        t = _norm_table(v)
+        if t not in out:
+            out.append(t)
+    return out
+
+
+def _bool(name: str, value: Any, problems: list[str]) -> bool:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        problems.append(f"{name} must be true or false, got {value!r}")
+        return False
+    return value
+
+
+def _int(name: str, value: Any, minimum: int, maximum: int | None, problems: list[str]) -> int | None:
+    if isinstance(value, bool):
+        problems.append(f"{name} must be an integer, got {value!r}")
+        return None
+    try:
+        n = int(str(value).strip()) if isinstance(value, str) else int(value)
+        if isinstance(value, float) and value != n:
+            raise ValueError
+    except (TypeError, ValueError):
+        problems.append(f"{name} must be an integer, got {value!r}")
+        return None
+    if n < minimum or (maximum is not None and n > maximum):
+        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+        problems.append(f"{name} must be {bound}, got {n}")
+        return None
+    return n
+
+
+def _parse_offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            d = json.loads(text)
+            return d if isinstance(d, dict) else None
+        except json.JSONDecodeError:
+            pass
+    file, sep, pos = text.rpartition(":")
+    if sep and file and pos.strip().isdigit():
+        return {"file": file.strip(), "pos": int(pos)}
+    problems.append(f"specific_offset {text!r} is neither {{\"file\": ..., \"pos\": ...}} nor 'file:pos'")
+    return None
+

@@ -1,0 +1,313 @@
+"""The stream manifest: everything the binlog stream needs from the snapshot — the handoff contract.
+
+The stream is a separate, long-lived Spark application started after the snapshot; it cannot see
+the plan or the chunk results in Airflow's memory, so the handoff travels as a typed record, stored
+as one JSON document in the state store (docs/architecture.md, "The handoff")::
+
+    Manifest
+      start_offset      BinlogOffset: the minimum high watermark over every chunk
+      generation        Generation: number, checkpoint directory, Delta transaction app id
+      collations        how string chunk keys order on the server
+      tables            db.table -> CapturedTable
+        schema          TableSchema as the stream decodes it
+        merge_key       the columns the sink merges rows by (primary key, else the chunk key)
+        chunks          FinishedChunk: a chunk's key range and its high watermark
+        added_columns   columns the stream added (ALTER ... ADD): NULL in images written before
+        schema_position the last DDL of the table the stream followed
+
+This module is the only place the JSON keys appear; merging new tables in, starting a generation
+and following a DDL are methods here. Building a manifest refuses a plan with a chunk lacking a
+result: a chunk without a HW would make the filter either drop its changes or (worse) guess. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from airflow_provider_mysqlcdc.core.chunk import ChunkGroup, SnapshotChunk
+from airflow_provider_mysqlcdc.core.handoff import HandoffFilter
+from airflow_provider_mysqlcdc.core.keys import Collation
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.records import ChunkResult
+from airflow_provider_mysqlcdc.core.table import TableSchema
+
+MANIFEST_VERSION = 1
+DEFAULT_CHECKPOINT = "checkpoint"
+
+
+class ManifestError(ValueError):
+    """The manifest cannot be built or read; the message names what is missing and the fix."""
+
+
+@dataclass(frozen=True)
+class FinishedChunk:
+    """A snapshotted chunk: its key range and the offset from which the stream applies its changes."""
+
+    chunk: SnapshotChunk
+    high_watermark: BinlogOffset
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.chunk.to_dict(), "high_watermark": self.high_watermark.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], table: str) -> FinishedChunk:
+        if "high_watermark" not in d:
+            raise ManifestError(f"chunk {table}#{d.get('split_id')} has no high_watermark: rebuild the manifest")
+        return cls(SnapshotChunk.from_dict(d), BinlogOffset.from_dict(d["high_watermark"]))
+
+
+@dataclass
+class CapturedTable:
+    """One captured table as the stream sees it (see the module doc)."""
+
+    schema: TableSchema
+    merge_key: list[str]
+    chunks: list[FinishedChunk]
+    added_columns: list[str] = field(default_factory=list)
+    schema_position: BinlogOffset | None = None
+
+    @property
+    def chunk_key_columns(self) -> list[str]:
+        """The columns the chunks are split on: the key the filter locates a change's chunk by."""
+        return list(self.chunks[0].chunk.key_names)
+
+    @property
+    def min_high_watermark(self) -> BinlogOffset:
+        return min(c.high_watermark for c in self.chunks)
+
+    @property
+    def max_high_watermark(self) -> BinlogOffset:
+        return max(c.high_watermark for c in self.chunks)
+
+    def follow_ddl(self, new_schema: TableSchema, added: Iterable[str], position: BinlogOffset) -> None:
+        """Take the table's definition after a followed ALTER at ``position``."""
+        self.schema = new_schema
+        self.added_columns = sorted(set(self.added_columns) | set(added))
+        self.schema_position = position
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": self.schema.to_dict(),
+            "primary_key": list(self.merge_key),
+            "splits": [c.to_dict() for c in self.chunks],
+        }
+        if self.added_columns:
+            out["added_columns"] = list(self.added_columns)
+        if self.schema_position is not None:
+            out["schema_position"] = self.schema_position.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, name: str, d: dict[str, Any]) -> CapturedTable:
+        for key in ("schema", "primary_key", "splits"):
+            if key not in d:
+                raise ManifestError(f"stream manifest entry of {name} lacks {key!r}: rebuild the manifest")
+        if not d["splits"]:
+            raise ManifestError(f"stream manifest has no chunks for {name}: rebuild the manifest")
+        pos = d.get("schema_position")
+        return cls(
+            TableSchema.from_dict(d["schema"]),
+            list(d["primary_key"]),
+            [FinishedChunk.from_dict(s, name) for s in d["splits"]],
+            list(d.get("added_columns", [])),
+            None if not pos else BinlogOffset.from_dict(pos),
+        )
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A stream generation: its own checkpoint and Delta transaction app id.
+
+    A new one starts when tables are handed over while the stream ran past their high watermarks:
+    it reads from an earlier offset than the old checkpoint (docs/architecture.md, "Hand-overs").
+    """
+
+    number: int = 0
+    checkpoint: str = DEFAULT_CHECKPOINT
+    app_id: str | None = None  # None: the pipeline's default, see :meth:`Manifest.app_id`
+
+    def next(self, pipeline_id: str) -> Generation:
+        n = self.number + 1
+        return Generation(n, f"{DEFAULT_CHECKPOINT}-g{n}", f"mysqlcdc-stream-{pipeline_id}-g{n}")
+
+
+@dataclass
+class Manifest:
+    start_offset: BinlogOffset
+    tables: dict[str, CapturedTable]
+    collations: dict[str, Collation] = field(default_factory=dict)
+    generation: Generation = field(default_factory=Generation)
+
+    # ------------------------------------------------------------------ views
+    def app_id(self, pipeline_id: str) -> str:
+        """The Delta transaction app id of this generation's batches."""
+        return self.generation.app_id or f"mysqlcdc-stream-{pipeline_id}"
+
+    def schemas(self) -> dict[str, TableSchema]:
+        return {name: t.schema for name, t in self.tables.items()}
+
+    def handoff_filter(self) -> HandoffFilter:
+        """Per table, each chunk's HW: what decides which changes the stream applies."""
+        pairs = {name: [(c.chunk, c.high_watermark) for c in t.chunks] for name, t in self.tables.items()}
+        return HandoffFilter(pairs, self.collations)
+
+    # ------------------------------------------------------------------ changes
+    def merged(self, tables: dict[str, CapturedTable], collations: dict[str, Collation]) -> Manifest:
+        """This manifest with ``tables`` added or replaced; start offset = min HW over every chunk.
+        The generation carries over (only a stream without a checkpoint uses the start offset)."""
+        merged = {**self.tables, **tables}
+        return Manifest(_min_hw(merged), merged, {**self.collations, **collations}, self.generation)
+
+    def handed_over(self, pipeline_id: str, checkpoint: BinlogOffset, new_tables: Iterable[str]) -> Manifest:
+        """A new generation for tables handed over behind the stream's ``checkpoint`` P: every chunk of
+        the other tables gets HW = max(HW, P) — their changes before P were applied — and the new
+        generation starts from the minimum HW, i.e. the earliest new table's."""
+        fresh = set(new_tables)
+        tables = {}
+        for name, t in self.tables.items():
+            if name not in fresh:
+                chunks = [FinishedChunk(c.chunk, max(c.high_watermark, checkpoint)) for c in t.chunks]
+                t = replace(t, chunks=chunks)
+            tables[name] = t
+        return Manifest(_min_hw(tables), tables, dict(self.collations), self.generation.next(pipeline_id))
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": MANIFEST_VERSION,
+            "start_offset": self.start_offset.to_dict(),
+            "tables": {name: t.to_dict() for name, t in self.tables.items()},
+            "collations": {name: c.to_dict() for name, c in self.collations.items()},
+        }
+        if self.generation != Generation():
+            out.update({"generation": self.generation.number, "checkpoint": self.generation.checkpoint})
+            if self.generation.app_id:
+                out["app_id"] = self.generation.app_id
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Manifest:
+        if not isinstance(d, dict):
+            raise ManifestError(f"a stream manifest is a JSON object, got {type(d).__name__}")
+        version = d.get("version")
+        if version != MANIFEST_VERSION:
+            raise ManifestError(
+                f"stream manifest version {version!r} is not supported (expected {MANIFEST_VERSION}): rebuild it "
+                "with this provider version (run the stream operator again)"
+            )
+        for key in ("start_offset", "tables"):
+            if key not in d:
+                raise ManifestError(f"stream manifest lacks {key!r}: rebuild it (run the stream operator again)")
+        if not d["tables"]:
+            raise ManifestError("stream manifest captures no tables: snapshot at least one table first")
+        generation = Generation(
+            int(d.get("generation", 0)), str(d.get("checkpoint") or DEFAULT_CHECKPOINT), d.get("app_id") or None
+        )
+        return cls(
+            BinlogOffset.from_dict(d["start_offset"]),
+            {name: CapturedTable.from_dict(name, t) for name, t in d["tables"].items()},
+            {name: Collation.from_dict(c) for name, c in d.get("collations", {}).items()},
+            generation,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ManifestError(f"the stream manifest is not valid JSON ({exc}): rebuild it") from None
+        return cls.from_dict(data)
+
+
+def _min_hw(tables: dict[str, CapturedTable]) -> BinlogOffset:
+    if not tables:
+        raise ManifestError("no tables to capture")
+    return min(t.min_high_watermark for t in tables.values())
+
+
+# ---------------------------------------------------------------------- building from a snapshot plan
+def _plan_dict(plan: Any) -> dict[str, Any]:
+    if isinstance(plan, dict):
+        return plan
+    to_dict = getattr(plan, "to_dict", None)
+    if to_dict is None:
+        raise TypeError(f"expected a SnapshotPlan or its to_dict(), got {type(plan).__name__}")
+    return to_dict()
+
+
+def _format_missing(missing: list[SnapshotChunk], group_of: dict[tuple[str, int], int]) -> str:
+    shown = [f"{s.id} (group {group_of[(s.table, s.split_id)]})" for s in missing[:20]]
+    more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+    groups = sorted({group_of[(s.table, s.split_id)] for s in missing})
+    return f"{', '.join(shown)}{more}; snapshot groups to (re)run: {groups}"
+
+
+def build_manifest(plan: Any, chunk_results: Iterable[ChunkResult]) -> Manifest:
+    """The manifest for ``plan`` (a ``SnapshotPlan`` or its ``to_dict()``) from its chunk results.
+
+    Every chunk of the plan needs a result. A chunk reported twice (a retried group whose first
+    attempt also reported) keeps the later HW: offsets only grow, and the retry's write is the one
+    the sink holds. Results for chunks the plan does not have are ignored (an older plan's).
+    """
+    pd = _plan_dict(plan)
+    schemas = {name: TableSchema.from_dict(t) for name, t in pd["tables"].items()}
+    groups = [ChunkGroup.from_dict(g) for g in pd["groups"]]
+    group_of = {(s.table, s.split_id): g.group_id for g in groups for s in g.splits}
+    chunks_by_table: dict[str, list[SnapshotChunk]] = {t: [] for t in schemas}
+    for g in groups:
+        for s in g.splits:
+            if s.table not in chunks_by_table:
+                raise ManifestError(f"plan has a chunk {s.id} of table {s.table}, which is not in its tables")
+            chunks_by_table[s.table].append(s)
+
+    hw: dict[tuple[str, int], BinlogOffset] = {}
+    for r in chunk_results:
+        k = (r.table, int(r.split_id))
+        if k in group_of and (k not in hw or r.high_watermark > hw[k]):
+            hw[k] = r.high_watermark
+
+    missing = [s for ss in chunks_by_table.values() for s in ss if (s.table, s.split_id) not in hw]
+    if missing:
+        raise ManifestError(
+            f"{len(missing)} chunk(s) have no snapshot result, so the stream cannot know from where to apply "
+            f"their changes: {_format_missing(missing, group_of)}. Re-run those snapshot groups (clear their "
+            "mapped task instances), then build the manifest again"
+        )
+    empty = [t for t, ss in chunks_by_table.items() if not ss]
+    if empty:
+        raise ManifestError(f"tables {empty} have no chunks in the plan: re-plan them")
+    tables = {}
+    for name, schema in schemas.items():
+        chunks = sorted(chunks_by_table[name], key=lambda s: s.split_id)
+        finished = [FinishedChunk(s, hw[(s.table, s.split_id)]) for s in chunks]
+        tables[name] = CapturedTable(schema, schema.merge_key(list(chunks[0].key_names)), finished)
+    collations = {k: Collation.from_dict(v) for k, v in pd.get("collations", {}).items()}
+    return Manifest(_min_hw(tables), tables, collations)
+
+
+def offset_table(schema: TableSchema, key_columns: list[dict[str, Any]], offset: BinlogOffset) -> CapturedTable:
+    """A table captured from ``offset`` with no snapshot: one unbounded chunk that passes from there.
+
+    ``key_columns`` are ``KeyColumn.to_dict()`` values (name, kind, collation).
+    """
+    from airflow_provider_mysqlcdc.core.keys import KeyColumn
+
+    chunk = SnapshotChunk(str(schema.table), 0, tuple(KeyColumn.from_dict(k) for k in key_columns), None, None)
+    return CapturedTable(schema, schema.merge_key([k["name"] for k in key_columns]), [FinishedChunk(chunk, offset)])
+
+
+__all__ = [
+    "CapturedTable",
+    "FinishedChunk",
+    "Generation",
+    "Manifest",
+    "ManifestError",
+    "build_manifest",
+    "offset_table",
+]

@@ -1,0 +1,73 @@
+"""Plan a snapshot: check tables, split each into chunks, pack chunks into split groups."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.core.chunk import DEFAULT_MAX_MAP_LENGTH, ChunkGroup, SnapshotChunk, group_splits
+from airflow_provider_mysqlcdc.core.keys import Collation
+from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.splitter import SplitOptions, TableSplitResult, split_table
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNKS_PER_GROUP = 64
+
+
+@dataclass
+class SnapshotPlan:
+    tables: dict[str, TableSchema]
+    splits: list[SnapshotChunk]
+    groups: list[ChunkGroup]
+    collations: dict[str, Collation] = field(default_factory=dict)
+    methods: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tables": {k: v.to_dict() for k, v in self.tables.items()},
+            "groups": [g.to_dict() for g in self.groups],
+            "collations": {k: v.to_dict() for k, v in self.collations.items()},
+            "methods": dict(self.methods),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SnapshotPlan:
+        groups = [ChunkGroup.from_dict(g) for g in d["groups"]]
+        return cls(
+            tables={k: TableSchema.from_dict(v) for k, v in d["tables"].items()},
+            splits=[s for g in groups for s in g.splits],
+            groups=groups,
+            collations={k: Collation.from_dict(v) for k, v in d.get("collations", {}).items()},
+            methods=dict(d.get("methods", {})),
+        )
+
+
+def plan_snapshot(
+    conn: Any,
+    tables: list[str],
+    chunk_size: int,
+    chunks_per_group: int = DEFAULT_CHUNKS_PER_GROUP,
+    chunk_key_columns: dict[str, list[str]] | None = None,
+    max_groups: int = DEFAULT_MAX_MAP_LENGTH,
+) -> SnapshotPlan:
+    if not tables:
+        raise ValueError("no tables to plan: pass at least one <database>.<table>")
+    ck = {str(TableId.parse(k)): v for k, v in (chunk_key_columns or {}).items()}
+    cache: dict[str, Collation] = {}
+    results: list[TableSplitResult] = []
+    for name in dict.fromkeys(str(TableId.parse(t)) for t in tables):
+        schema = read_table_schema(conn, TableId.parse(name))
+        results.append(split_table(conn, schema, SplitOptions(chunk_size, ck.get(name)), cache))
+    splits = [s for r in results for s in r.splits]
+    groups = group_splits(splits, chunks_per_group, max_groups)
+    log.info("planned %d chunks of %d table(s) in %d split group(s)", len(splits), len(results), len(groups))
+    return SnapshotPlan(
+        tables={str(r.schema.table): r.schema for r in results},
+        splits=splits,
+        groups=groups,
+        collations={k: v for r in results for k, v in r.collations.items()},
+        methods={str(r.schema.table): r.method for r in results},
+    )

@@ -1,0 +1,58 @@
+"""Read a table's schema from the source server's information_schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_provider_mysqlcdc.core.table import ColumnInfo, SourceSchemaError, TableId, TableSchema
+
+_COLUMNS_SQL = """
+SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME,
+       COLLATION_NAME, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_MAXIMUM_LENGTH
+FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION
+"""
+
+_PK_SQL = """
+SELECT COLUMN_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX
+"""
+
+
+def read_table_schema(conn: Any, table: TableId) -> TableSchema:
+    """Columns and primary key of ``table``; :class:`SourceSchemaError` if it does not exist."""
+    with conn.cursor() as cur:
+        cur.execute(_COLUMNS_SQL, (table.database, table.table))
+        rows = cur.fetchall()
+        if not rows:
+            cur.execute(
+                "SELECT TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+                (table.database, table.table),
+            )
+            hit = cur.fetchone()
+            if hit is None:
+                raise SourceSchemaError(
+                    f"table {table} does not exist (or the CDC user cannot see it): check the name, or "
+                    f"GRANT SELECT ON {table.quoted} to the CDC user"
+                )
+        cols = [
+            ColumnInfo(
+                name=r[0],
+                ordinal=int(r[1]),
+                data_type=str(r[2]).lower(),
+                column_type=str(r[3]),
+                nullable=(r[4] == "YES"),
+                charset=r[5],
+                collation=r[6],
+                numeric_precision=None if r[7] is None else int(r[7]),
+                numeric_scale=None if r[8] is None else int(r[8]),
+                datetime_precision=None if r[9] is None else int(r[9]),
+                char_max_length=None if r[10] is None else int(r[10]),
+            )
+            for r in rows
+        ]
+        cur.execute(_PK_SQL, (table.database, table.table))
+        pk = [r[0] for r in cur.fetchall()]
+    return TableSchema(table, cols, pk)
+
+
+__all__ = ["read_table_schema"]

@@ -1,0 +1,124 @@
+"""Server-level facts: flavor/version, binlog settings, current and snapshot offsets, binlog files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
+
+
+class BinlogUnavailableError(RuntimeError):
+    """The server has no usable binlog (off, or the requested position was purged)."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    version: str
+    is_mariadb: bool
+    major: int
+    minor: int
+
+    @property
+    def uses_binary_log_status(self) -> bool:
+        """MySQL >= 8.4 removed SHOW MASTER STATUS in favour of SHOW BINARY LOG STATUS."""
+        return not self.is_mariadb and (self.major, self.minor) >= (8, 4)
+
+
+def server_info(conn: Any) -> ServerInfo:
+    with conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        version = str(cur.fetchone()[0])
+    nums = version.split("-")[0].split(".")
+    return ServerInfo(version, "mariadb" in version.lower(), int(nums[0]), int(nums[1]) if len(nums) > 1 else 0)
+
+
+def variables(conn: Any, names: list[str]) -> dict[str, str | None]:
+    """Global variables by name; a variable the server does not have maps to None."""
+    out: dict[str, str | None] = {n: None for n in names}
+    with conn.cursor() as cur:
+        for n in names:
+            cur.execute("SHOW GLOBAL VARIABLES LIKE %s", (n,))
+            row = cur.fetchone()
+            if row is not None:
+                out[n] = str(row[1])
+    return out
+
+
+def current_offset(conn: Any, info: ServerInfo | None = None) -> BinlogOffset:
+    """The server's current binlog end: a transaction boundary, usable as a start or HW offset."""
+    info = info or server_info(conn)
+    stmt = "SHOW BINARY LOG STATUS" if info.uses_binary_log_status else "SHOW MASTER STATUS"
+    with conn.cursor() as cur:
+        try:
+            cur.execute(stmt)
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in (1227, 1045):
+                raise PermissionError(
+                    "the CDC user may not read the binlog position: GRANT REPLICATION CLIENT ON *.* TO <user> "
+                    "(MariaDB >= 10.5: BINLOG MONITOR)"
+                ) from exc
+            raise
+        except pymysql.err.ProgrammingError:
+            cur.execute("SHOW BINARY LOG STATUS")
+        row = cur.fetchone()
+        if not row:
+            raise BinlogUnavailableError(
+                "binary logging is off on the source: start the server with log_bin enabled (--log-bin) and "
+                "binlog_format=ROW"
+            )
+        desc = [d[0].lower() for d in cur.description]
+        gtid = None
+        if "executed_gtid_set" in desc:
+            gtid = row[desc.index("executed_gtid_set")] or None
+        if info.is_mariadb:
+            cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+            gtid = cur.fetchone()[0] or None
+    return BinlogOffset(str(row[0]), int(row[1]), gtid)
+
+
+def begin_consistent_snapshot(conn: Any, info: ServerInfo | None = None) -> BinlogOffset:
+    """Open a consistent-snapshot transaction on ``conn`` and return the binlog offset it matches.
+
+    On MariaDB the offset is exact (``Binlog_snapshot_file/position``): every transaction before it
+    is visible to the snapshot and none after it. Elsewhere it is ``SHOW MASTER STATUS`` taken just
+    *before* the snapshot opens — earlier than or equal to the snapshot's view, which is the safe
+    side (a change replayed twice is idempotent, a change never replayed is lost).
+    """
+    info = info or server_info(conn)
+    with conn.cursor() as cur:
+        if info.is_mariadb:
+            cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            cur.execute("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+            st = {str(k).lower(): v for k, v in cur.fetchall()}
+            f, p = st.get("binlog_snapshot_file"), st.get("binlog_snapshot_position")
+            if not f:
+                raise BinlogUnavailableError("binary logging is off on the source: enable log_bin")
+            return BinlogOffset(str(f), int(p))
+    before = current_offset(conn, info)
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+    return before
+
+
+def binlog_files(conn: Any) -> list[tuple[str, int]]:
+    """``SHOW BINARY LOGS``: the files the server still has, oldest first, with their sizes."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+
+
+def ensure_offset_available(conn: Any, offset: BinlogOffset) -> None:
+    """Raise :class:`BinlogUnavailableError` naming the fix if ``offset``'s file was purged."""
+    files = binlog_files(conn)
+    numbers = {binlog_file_number(f) for f, _ in files}
+    if offset.file_number not in numbers:
+        oldest = files[0][0] if files else "none"
+        raise BinlogUnavailableError(
+            f"binlog file {offset.file} (needed from offset {offset}) has been purged from the source "
+            f"(oldest kept: {oldest}). Changes after that point are lost to CDC: re-snapshot the affected "
+            "tables (trigger the DAG with resnapshot_tables, or startup_mode=initial), and raise the server's "
+            "binlog retention (binlog_expire_logs_seconds / expire_logs_days)"
+        )
