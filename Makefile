@@ -3,16 +3,18 @@
 #   make test   - run the test suite (real MariaDB, real Spark local[2], real Airflow test mode)
 .PHONY: bootstrap test demo demo-stop lint bench-split
 
-LINT_PATHS := $(wildcard airflow_provider_mysqlcdc dags spark_jobs tests bench)
+LINT_PATHS := $(wildcard airflow_provider_mysqlcdc dags spark_jobs tests bench demo)
 
 bootstrap:
 	bash scripts/bootstrap.sh
 
 lint: bootstrap
 	.venv/bin/ruff check $(LINT_PATHS)
+	.venv/bin/lint-imports
 
 test: bootstrap
 	.venv/bin/ruff check $(LINT_PATHS)
+	.venv/bin/lint-imports
 	.venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: bootstrap

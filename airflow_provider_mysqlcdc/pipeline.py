@@ -341,9 +341,7 @@ def finalize_run(
     manifest = old
     new_generation = None
     if new_tables:
-        manifest = old.merged(new_tables, collations) if old else Manifest(
-            min(e.min_high_watermark for e in new_tables.values()), new_tables, collations
-        )
+        manifest = old.merged(new_tables, collations) if old else Manifest.of(new_tables, collations)
         early = [t for t, e in new_tables.items() if ckpt is not None and e.min_high_watermark < ckpt]
         if old is not None and ckpt is not None and early:
             manifest = manifest.handed_over(store.pipeline_id, ckpt, new_tables)

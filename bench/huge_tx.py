@@ -34,7 +34,7 @@ from typing import Any
 
 import psutil
 
-from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.core.manifest import Manifest, build_manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
@@ -43,8 +43,8 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, checkpoint_offset, request_stop
-from airflow_provider_mysqlcdc.stream.job import MANIFEST
 from tests.support.bench_data import load_orders
+from tests.support.manifests import manifest_from
 from tests.support.mariadb import MariaDBServer
 
 log = logging.getLogger("bench.huge_tx")
@@ -103,17 +103,12 @@ def _kind(p: psutil.Process) -> str:
 
 
 def _stream_range(
-    settings: ConnectionSettings, work: Path, name: str, base: dict[str, Any], snap_lake: Path,
+    settings: ConnectionSettings, work: Path, name: str, base: Manifest, snap_lake: Path,
     start: BinlogOffset, end: BinlogOffset, rows: int,
 ) -> dict[str, Any]:
     """Stream ``[start, end)`` with the stream job on default settings; time, peak RSS, batches."""
-    manifest = json.loads(json.dumps(base))
-    manifest["start_offset"] = start.to_dict()
-    for t in manifest["tables"].values():
-        for s in t["splits"]:
-            s["high_watermark"] = start.to_dict()
     store = StateStore(str(work / "state"), name)
-    store.write_json(MANIFEST, manifest)
+    store.write_manifest(manifest_from(base, start))
     lake = work / f"lake-{name}"
     shutil.copytree(snap_lake, lake)
     env = dict(os.environ, MYSQLCDC_SOURCE=json.dumps(settings.to_dict()), PYSPARK_PYTHON=sys.executable)

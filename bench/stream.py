@@ -69,7 +69,7 @@ from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.core.manifest import build_manifest, table_schemas_from_manifest
+from airflow_provider_mysqlcdc.core.manifest import Manifest, build_manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
@@ -79,10 +79,9 @@ from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
-from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream import job as stream_job
 from airflow_provider_mysqlcdc.stream.job import (
-    MANIFEST,
     STATUS,
     StreamOptions,
     progress_end_offset,
@@ -91,6 +90,7 @@ from airflow_provider_mysqlcdc.stream.job import (
 )
 from bench.huge_tx import huge_tx_scenario
 from tests.support.bench_data import load_orders as load
+from tests.support.manifests import manifest_from
 from tests.support.mariadb import MariaDBServer
 
 log = logging.getLogger("bench.stream")
@@ -221,19 +221,9 @@ def bare_reader(settings: ConnectionSettings, start: BinlogOffset, server_id: in
 
 
 # ----------------------------------------------------------------------------- manifests, copies
-def manifest_from(base: dict[str, Any], start: BinlogOffset) -> dict[str, Any]:
-    """``base`` with the start offset and every chunk's HW set to ``start``: every change passes."""
-    m = json.loads(json.dumps(base))
-    m["start_offset"] = start.to_dict()
-    for t in m["tables"].values():
-        for s in t["splits"]:
-            s["high_watermark"] = start.to_dict()
-    return m
-
-
-def pipeline(work: str, name: str, manifest: dict[str, Any], lake_from: str | None) -> tuple[StateStore, DeltaSink]:
+def pipeline(work: str, name: str, manifest: Manifest, lake_from: str | None) -> tuple[StateStore, DeltaSink]:
     store = StateStore(f"{work}/state", name)
-    store.write_json(MANIFEST, manifest)
+    store.write_manifest(manifest)
     lake = f"{work}/lake-{name}"
     if lake_from is not None:
         shutil.copytree(lake_from, lake)
@@ -327,7 +317,7 @@ def _phase(wall: float, cpu: float, busy: float) -> dict[str, Any]:
 
 
 def throughput_run(
-    spark: Any, settings: ConnectionSettings, work: str, name: str, manifest: dict[str, Any], lake_from: str,
+    spark: Any, settings: ConnectionSettings, work: str, name: str, manifest: Manifest, lake_from: str,
     target: BinlogOffset, readers: int, timings: Timings, expected_rows: int, max_events: int | None,
 ) -> dict[str, Any]:
     store, sink = pipeline(work, name, manifest, lake_from)
@@ -404,7 +394,7 @@ def check_sink(server: MariaDBServer, sink: DeltaSink) -> bool:
 
 # ----------------------------------------------------------------------------- breakdown
 def breakdown(
-    settings: ConnectionSettings, work: str, manifest: dict[str, Any], lake_from: str,
+    settings: ConnectionSettings, work: str, manifest: Manifest, lake_from: str,
     start: BinlogOffset, end: BinlogOffset, timings: Timings, bare_cpu: float,
 ) -> dict[str, Any]:
     """The stream's layers over the whole range, in this thread: CPU seconds (``time.thread_time``)
@@ -419,7 +409,7 @@ def breakdown(
         _read_partition,
     )
 
-    schemas = table_schemas_from_manifest(manifest)
+    schemas = manifest.schemas()
     conv = {t: binlog_values.binlog_row_converter(s) for t, s in schemas.items()}
     cpu: dict[str, float] = {"bare_reader": bare_cpu}
 

@@ -141,6 +141,11 @@ class Manifest:
     collations: dict[str, Collation] = field(default_factory=dict)
     generation: Generation = field(default_factory=Generation)
 
+    @classmethod
+    def of(cls, tables: dict[str, CapturedTable], collations: dict[str, Collation] | None = None) -> Manifest:
+        """A first manifest: the start offset is the minimum HW over every chunk."""
+        return cls(_min_hw(tables), dict(tables), dict(collations or {}))
+
     # ------------------------------------------------------------------ views
     def app_id(self, pipeline_id: str) -> str:
         """The Delta transaction app id of this generation's batches."""
@@ -192,7 +197,7 @@ class Manifest:
     def from_dict(cls, d: Any) -> Manifest:
         if not isinstance(d, dict):
             raise ManifestError(f"a stream manifest is a JSON object, got {type(d).__name__}")
-        version = d.get("version")
+        version = d.get("version", MANIFEST_VERSION)  # manifests written before versioning are version 1
         if version != MANIFEST_VERSION:
             raise ManifestError(
                 f"stream manifest version {version!r} is not supported (expected {MANIFEST_VERSION}): rebuild it "

@@ -102,7 +102,7 @@ def native_select_list(table_schema: TableSchema) -> str:
     for ct in column_types(table_schema):
         q = quote_ident(ct.name)
         template = _NATIVE_SELECT.get(ct.kind)
-        out.append(f"{template.format(c=q) if template else ct.select_expr(q)} AS {q}")
+        out.append(f"{template.format(c=q) if template else select_template(ct).format(c=q)} AS {q}")
     return ", ".join(out)
 
 

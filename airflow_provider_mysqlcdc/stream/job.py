@@ -37,10 +37,9 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy, maintain_table
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
-from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.control import (
-    MANIFEST,
     PAUSE_TIMEOUT_SECONDS,
     RELOAD,
     SCHEMA_CHANGE,

@@ -31,7 +31,6 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, request_stop, stream_state, wait_until_applied
-from airflow_provider_mysqlcdc.stream.job import MANIFEST
 from tests.support.mariadb import MariaDBServer
 from tests.support.verify import compare
 
@@ -81,7 +80,7 @@ def _snapshot(spark: Any, server: MariaDBServer, store: StateStore, sink: DeltaS
     store.write_plan("p1", plan.to_dict())
     for g in plan.groups:
         run_snapshot_group(spark, settings, store, "p1", g.group_id, sink)
-    store.write_json(MANIFEST, build_manifest(plan, store.read_all_results("p1")))
+    store.write_manifest(build_manifest(plan, store.read_all_results("p1")))
     return plan
 
 

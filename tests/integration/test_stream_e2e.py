@@ -28,7 +28,6 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.job import (
-    MANIFEST,
     StreamOptions,
     start_stream,
     stop_gracefully,
@@ -52,7 +51,7 @@ def snapshot_all(spark: Any, cdc_settings: Any, store: StateStore, sink: DeltaSi
     for g in plan.groups:
         run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink)
     manifest = build_manifest(plan, store.read_all_results("p1"))
-    store.write_json(MANIFEST, manifest)
+    store.write_manifest(manifest)
     return plan
 
 

@@ -22,8 +22,8 @@ from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import MANIFEST, StreamRunRecorder, stream_state, wait_until_applied
+from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
+from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder, stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.job import StreamOptions, StreamSchemaError, run_stream
 from tests.support.verify import compare
 
@@ -65,7 +65,7 @@ def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: An
     store.write_plan("p1", plan.to_dict())
     for g in plan.groups:
         run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink)
-    store.write_json(MANIFEST, build_manifest(plan, store.read_all_results("p1")))
+    store.write_manifest(build_manifest(plan, store.read_all_results("p1")))
     th = StreamThread(spark, cdc_settings, store, sink)
     th.start()
     deadline = time.monotonic() + 120

@@ -42,11 +42,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup, SnapshotChunk
 from airflow_provider_mysqlcdc.core.keys import KeyColumn
-from airflow_provider_mysqlcdc.core.manifest import (
-    ManifestError,
-    build_manifest,
-    table_schemas_from_manifest,
-)
+from airflow_provider_mysqlcdc.core.manifest import Manifest, ManifestError, build_manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.core.records import ChunkResult
 from airflow_provider_mysqlcdc.core.table import TableId
@@ -93,8 +89,8 @@ def write_manifest(
             results.append(ChunkResult(table, i, 0, hw, hw, 0, 0.0))
     plan = {"tables": tables, "groups": [ChunkGroup(0, splits).to_dict()], "collations": {}}
     manifest = build_manifest(plan, results)
-    path.write_text(json.dumps(manifest))
-    return manifest
+    path.write_text(manifest.to_json())
+    return manifest.to_dict()
 
 
 @dataclass
@@ -173,7 +169,7 @@ def direct_read(
 ) -> list[tuple[Any, ...]]:
     """The reference: one sequential BinlogRangeReader, no Spark, no filter; rows without ``seq``.
     With ``piece``, only that slice of the range (its rows events window)."""
-    conv = {t: binlog_values.binlog_row_converter(s) for t, s in table_schemas_from_manifest(manifest).items()}
+    conv = {t: binlog_values.binlog_row_converter(s) for t, s in Manifest.from_dict(manifest).schemas().items()}
     if piece is not None:
         start, end = piece.start, piece.end
     reader = BinlogRangeReader(settings, start, end, sorted(conv), _ids.next(),
@@ -262,15 +258,16 @@ def test_build_manifest_names_chunks_without_results() -> None:
                             None if i == 2 else ((i + 1) * 10,)) for i in range(3)]  # fmt: skip
     groups = [ChunkGroup(0, splits[:2]).to_dict(), ChunkGroup(1, splits[2:]).to_dict()]
     plan = {"tables": {"d.t": schema}, "groups": groups}
-    hw = {"file": "mysql-bin.000002", "pos": 400}
+    hw = BinlogOffset("mysql-bin.000002", 400)
     with pytest.raises(ManifestError, match=r"d\.t#1 \(group 0\), d\.t#2 \(group 1\).*groups to \(re\)run: \[0, 1\]"):
         build_manifest(plan, [ChunkResult("d.t", 0, 0, hw, hw, 1, 0.1)])
     # A retried chunk keeps its later HW; the start offset is the minimum over chunks.
-    later = {"file": "mysql-bin.000003", "pos": 4}
+    later = BinlogOffset("mysql-bin.000003", 4)
     m = build_manifest(plan, [ChunkResult("d.t", i, 0, hw, hw, 1, 0.1) for i in range(3)]
                        + [ChunkResult("d.t", 1, 0, hw, later, 1, 0.1)])  # fmt: skip
-    assert m["start_offset"] == hw
-    assert [s["high_watermark"] for s in m["tables"]["d.t"]["splits"]] == [hw, later, hw]
+    assert m.start_offset == hw
+    assert [c.high_watermark for c in m.tables["d.t"].chunks] == [hw, later, hw]
+    assert m.to_dict()["tables"]["d.t"]["splits"][1]["high_watermark"] == later.to_dict()
 
 
 # ------------------------------------------------------------------ boundaries against the server

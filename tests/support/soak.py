@@ -31,8 +31,7 @@ from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import MANIFEST
+from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream.job import BatchApplier, StreamOptions
 from tests.support.mariadb import MariaDBServer
 from tests.support.verify import compare
@@ -99,7 +98,7 @@ def run_soak(
     for g in plan.groups:
         run_snapshot_group(spark, settings, store, "p1", g.group_id, sink)
     manifest = build_manifest(plan, store.read_all_results("p1"))
-    store.write_json(MANIFEST, manifest)
+    store.write_manifest(manifest)
     applier = BatchApplier(store, sink, manifest, StreamOptions(maintenance=policy))
     options = {"source": json.dumps(settings.to_dict()), "manifest": store.url(MANIFEST)}
     reader = MySqlBinlogStreamReader(_parse_datatype_string(SCHEMA), options, 1)

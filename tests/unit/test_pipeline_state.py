@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.manifest import chunk_key_columns_from_manifest, handoff_filter_from_manifest
+from airflow_provider_mysqlcdc.core.keys import Collation
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
-from airflow_provider_mysqlcdc.pipeline import merge_manifests, new_plan_id, offset_manifest_entry
+from airflow_provider_mysqlcdc.pipeline import new_plan_id
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
     RUN,
@@ -30,34 +31,37 @@ def _schema(name: str = "shop.t") -> TableSchema:
     return TableSchema(TableId.parse(name), cols, ["id"])
 
 
-def _entry(name: str, hws: list[tuple[str, int]]) -> dict:
-    e = offset_manifest_entry(_schema(name), [{"name": "id", "kind": "int", "collation": None}],
-                              {"file": hws[0][0], "pos": hws[0][1]})
-    return e
+def _entry(name: str, hws: list[tuple[str, int]]) -> CapturedTable:
+    return offset_table(_schema(name), [{"name": "id", "kind": "int", "collation": None}], BinlogOffset(*hws[0]))
+
+
+def _collation(name: str) -> Collation:
+    return Collation(name, "binary", pad_space=False)
 
 
 def test_offset_entry_is_one_unbounded_chunk_that_passes_from_its_offset() -> None:
-    m = merge_manifests(None, {"shop.t": _entry("shop.t", [("b.000002", 400)])}, {})
-    assert m["start_offset"] == {"file": "b.000002", "pos": 400}
-    f = handoff_filter_from_manifest(m)
+    m = Manifest.of({"shop.t": _entry("shop.t", [("b.000002", 400)])})
+    assert m.start_offset == BinlogOffset("b.000002", 400)
+    f = Manifest.from_json(m.to_json()).handoff_filter()
     assert not f.emits("shop.t", (5,), BinlogOffset("b.000002", 399))
     assert f.emits("shop.t", (5,), BinlogOffset("b.000002", 400))
     assert f.emits("shop.t", (-(2**62),), BinlogOffset("b.000003", 4))
     assert not f.emits("shop.other", (5,), BinlogOffset("b.000003", 4))
     # the chunk key is the column's name (what the stream's tasks look up in a row image) and kind
-    assert chunk_key_columns_from_manifest(m) == {"shop.t": ["id"]}
-    assert m["tables"]["shop.t"]["splits"][0]["key_types"] == ["int"]
+    assert m.tables["shop.t"].chunk_key_columns == ["id"]
+    assert m.to_dict()["tables"]["shop.t"]["splits"][0]["key_types"] == ["int"]
 
 
 def test_merge_keeps_old_tables_replaces_given_ones_and_takes_the_min_hw() -> None:
-    old = merge_manifests(None, {"shop.a": _entry("shop.a", [("b.000003", 100)])}, {"x": {"k": 1}})
-    new = merge_manifests(old, {"shop.b": _entry("shop.b", [("b.000002", 900)])}, {"y": {"k": 2}})
-    assert set(new["tables"]) == {"shop.a", "shop.b"}
-    assert new["start_offset"] == {"file": "b.000002", "pos": 900}
-    assert new["collations"] == {"x": {"k": 1}, "y": {"k": 2}}
-    again = merge_manifests(new, {"shop.a": _entry("shop.a", [("b.000004", 4)])}, {})
-    assert again["tables"]["shop.a"]["splits"][0]["high_watermark"] == {"file": "b.000004", "pos": 4}
-    assert again["tables"]["shop.b"] == new["tables"]["shop.b"]
+    old = Manifest.of({"shop.a": _entry("shop.a", [("b.000003", 100)])}, {"x": _collation("x")})
+    new = old.merged({"shop.b": _entry("shop.b", [("b.000002", 900)])}, {"y": _collation("y")})
+    assert set(new.tables) == {"shop.a", "shop.b"}
+    assert new.start_offset == BinlogOffset("b.000002", 900)
+    assert set(new.collations) == {"x", "y"}
+    again = new.merged({"shop.a": _entry("shop.a", [("b.000004", 4)])}, {})
+    assert again.tables["shop.a"].chunks[0].high_watermark == BinlogOffset("b.000004", 4)
+    assert again.tables["shop.b"] == new.tables["shop.b"]
+    assert Manifest.from_json(again.to_json()).to_dict() == again.to_dict()
 
 
 def test_plan_ids_are_safe_and_unique() -> None:
