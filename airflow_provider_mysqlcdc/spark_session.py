@@ -4,7 +4,7 @@ The settings here are the ones the type mapping (:mod:`airflow_provider_mysqlcdc
 depends on; a session built another way can silently change values:
 
 * ``spark.sql.session.timeZone=UTC`` — Spark renders and casts TIMESTAMP values in the session
-  zone; the lakehouse stores every DATETIME/TIMESTAMP as a UTC instant (DESIGN §5).
+  zone; the lakehouse stores every DATETIME/TIMESTAMP as a UTC instant (docs/architecture.md, "Types and time zones").
 * ``spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS`` — staged Parquet files are adopted
   by the Delta sink as they are; INT96 (Spark's legacy default) is not a Delta timestamp and
   TIMESTAMP_MILLIS would drop DATETIME(6) microseconds.

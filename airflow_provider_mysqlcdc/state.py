@@ -3,7 +3,7 @@
 A directory per pipeline under ``state_root`` — a local path by default, or any fsspec URL
 (``s3://``, ``gs://``, ``abfs://``...) when tasks run on several machines. Nothing about a pipeline
 lives in process memory or in XCom beyond small summaries: Airflow's XCom is not a bulk store and
-mapped tasks may run on different workers (DESIGN §3 "State store").
+mapped tasks may run on different workers (docs/architecture.md, "State store").
 
 Layout::
 

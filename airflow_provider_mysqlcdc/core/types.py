@@ -193,9 +193,8 @@ def dictionary_columns(table_schema: TableSchema) -> list[str]:
     """Columns whose staged Parquet pages keep dictionary encoding: types with a small domain.
 
     Why not all: a dictionary costs the writer a hash lookup per value and is discarded anyway
-    once it outgrows its page, which is what keys, amounts, timestamps and free text do. Measured
-    on the 2M-row benchmark table (bench/RESULTS.md): the Spark staging write ran ~10-15 % faster
-    without it and the files were no larger. Types whose values come from a short list (TINYINT,
+    once it outgrows its page, which is what keys, amounts, timestamps and free text do: the
+    staging write is faster without it and the files are no larger (bench/RESULTS.md). Types whose values come from a short list (TINYINT,
     YEAR, ENUM, SET, BIT(1..16)) keep it: cheap to build and it shrinks them several-fold.
     Column names Parquet's per-column options cannot address (``.`` or ``#`` in the name) stay plain.
     """

@@ -29,8 +29,8 @@ class ConnectionSettings:
     password: str = field(default="", repr=False)
     database: str | None = None
     # TLS: None = PyMySQL's default (use TLS if the server offers it), True = require,
-    # False = off. Each TLS connect costs ~19 ms of context setup here, so the local test server
-    # runs with it off (DESIGN §5).
+    # False = off. A TLS connect builds an SSL context each time, which is slow enough that the local
+    # test server runs with it off (docs/architecture.md, "Pitfalls").
     ssl: bool | None = None
     ssl_ca: str | None = None
     server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE

@@ -1,4 +1,4 @@
-"""The installed pyspark must be whole: pyspark-client shares its directory (DESIGN §5)."""
+"""The installed pyspark must be whole: pyspark-client shares its directory (docs/architecture.md, "Pitfalls")."""
 
 from __future__ import annotations
 

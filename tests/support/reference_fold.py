@@ -1,7 +1,7 @@
 """Folding one stream micro-batch of one table into the upserts and deletes a sink applies.
 
 A micro-batch holds the changes of one table in binlog order. A sink applies it as one MERGE
-(DESIGN §3 "Sink"), and a MERGE needs at most one source row per key: two source rows for one key
+(docs/architecture.md, "The sink"), and a MERGE needs at most one source row per key: two source rows for one key
 either make the MERGE fail (both match) or insert the key twice (neither matches). So the batch is
 folded first: every key it touches ends as exactly one upsert (its last after-image) or one delete.
 

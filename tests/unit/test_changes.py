@@ -1,4 +1,4 @@
-"""RowChange ordering and the last-change-per-key fold used by the snapshot window merge (DESIGN §3)."""
+"""RowChange ordering and the last-change-per-key fold used by the snapshot window merge (docs/architecture.md, "The watermark bracket")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""BinlogOffset: ordering across file rotation, serialization, parse errors (DESIGN §3)."""
+"""BinlogOffset: ordering across file rotation, serialization, parse errors (docs/architecture.md, "Binlog offsets")."""
 
 from __future__ import annotations
 

@@ -1,0 +1,30 @@
+"""The wheel ships only the provider: no test servers, writers, benchmarks or demo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_holds_only_the_provider_package(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = [n for n in names if n.endswith(".py")]
+    assert modules, names
+    assert all(n.startswith("airflow_provider_mysqlcdc/") for n in modules), [
+        n for n in modules if not n.startswith("airflow_provider_mysqlcdc/")
+    ]
+    shipped = {Path(n).stem for n in modules}
+    for scaffolding in ("mariadb", "random_writer", "verify", "soak", "bench_data", "demo", "run", "conftest"):
+        assert scaffolding not in shipped, f"{scaffolding}.py ships in the wheel"
+    assert not [n for n in modules if "/testing/" in n or "/tests/" in n]
