@@ -194,8 +194,9 @@ def dictionary_columns(table_schema: TableSchema) -> list[str]:
 
     Why not all: a dictionary costs the writer a hash lookup per value and is discarded anyway
     once it outgrows its page, which is what keys, amounts, timestamps and free text do: the
-    staging write is faster without it and the files are no larger (bench/RESULTS.md). Types whose values come from a short list (TINYINT,
-    YEAR, ENUM, SET, BIT(1..16)) keep it: cheap to build and it shrinks them several-fold.
+    staging write is faster without it and the files are no larger (bench/RESULTS.md). Types
+    whose values come from a short list (TINYINT, YEAR, ENUM, SET, BIT(1..16)) keep it: cheap to
+    build, and it shrinks them several-fold.
     Column names Parquet's per-column options cannot address (``.`` or ``#`` in the name) stay plain.
     """
     out = []

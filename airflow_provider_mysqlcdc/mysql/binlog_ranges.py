@@ -38,10 +38,11 @@ class _Event:
 class BinlogBoundaries:
     """Transaction boundaries from ``SHOW BINLOG EVENTS``, without decoding a single row.
 
-    The server walks its own file and skips events cheaply with ``LIMIT k, 1``, so finding "the k-th event after ``pos``" costs a round trip, and only small windows of event
-    headers ever travel. A boundary is the start of a GTID event (MariaDB always writes one; MySQL
-    a GTID or anonymous GTID) or the end of an ``Xid`` / ``XA_prepare`` / ``COMMIT`` / ``ROLLBACK``
-    event: exactly the positions :class:`~airflow_provider_mysqlcdc.mysql.binlog_reader.BinlogRangeReader` stops at and starts from.
+    The server walks its own file and skips events cheaply with ``LIMIT k, 1``, so finding "the
+    k-th event after ``pos``" costs a round trip, and only small windows of event headers travel.
+    A boundary is the start of a GTID event (MariaDB always writes one; MySQL a GTID or anonymous
+    GTID) or the end of an ``Xid`` / ``XA_prepare`` / ``COMMIT`` / ``ROLLBACK``
+    event: exactly the positions :class:`~.binlog_reader.BinlogRangeReader` stops at and starts from.
     ``SHOW BINLOG EVENTS ... FROM pos`` needs ``pos`` to be an event start: every base used here is
     a boundary, a file start (4), or a position the server itself listed.
     """

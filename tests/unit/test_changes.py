@@ -1,4 +1,5 @@
-"""RowChange ordering and the last-change-per-key fold used by the snapshot window merge (docs/architecture.md, "The watermark bracket")."""
+"""RowChange ordering and the last-change-per-key fold used by the snapshot window merge
+(docs/architecture.md, "The watermark bracket")."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_wheel_holds_only_the_provider_package(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
+         str(REPO)],  # fmt: skip
         check=True,
         capture_output=True,
         timeout=300,
