@@ -11,9 +11,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_holds_only_the_provider_package(tmp_path: Path) -> None:
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path),
-         str(REPO)],  # fmt: skip
+        [*build, str(REPO)],
         check=True,
         capture_output=True,
         timeout=300,
