@@ -14,6 +14,10 @@ class BinlogUnavailableError(RuntimeError):
     """The server has no usable binlog (off, or the requested position was purged)."""
 
 
+class BinlogReadError(RuntimeError):
+    """The binlog cannot be turned into correct row changes; the message names the server setting to fix."""
+
+
 @dataclass(frozen=True)
 class ServerInfo:
     version: str

@@ -44,7 +44,7 @@ from airflow_provider_mysqlcdc.spill.bucketed_fold import BucketedFold, buckets_
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 
 if TYPE_CHECKING:
-    from airflow_provider_mysqlcdc.snapshot.group import _TableWork
+    from airflow_provider_mysqlcdc.snapshot.staging import TableWork as _TableWork
 
 log = logging.getLogger(__name__)
 

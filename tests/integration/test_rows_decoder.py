@@ -1,4 +1,4 @@
-"""The fast rows decoder (source/rows_decoder.py) against python-mysql-replication + the converter.
+"""The fast rows decoder (mysql/rows_decoder.py) against python-mysql-replication + the converter.
 
 The type-fidelity matrix (every type, edge, zero and NULL values, written by hand from what MySQL
 stores) is inserted, then every row is changed many times with seeded random values (updates,
@@ -189,7 +189,7 @@ def test_a_table_off_the_fast_path_falls_back_to_the_library(mariadb, db, cdc_se
     mariadb.execute(f"INSERT INTO `{db}`.l VALUES (1, 'привет', 1.5), (2, NULL, -0.25)",
                     f"UPDATE `{db}`.l SET v = 'да', id = 3 WHERE id = 1")  # fmt: skip
     end = current_offset(cdc_conn)
-    caplog.set_level("INFO", logger="airflow_provider_mysqlcdc.mysql.binlog_reader")
+    caplog.set_level("INFO", logger="airflow_provider_mysqlcdc.mysql.table_maps")
     fast = _read(cdc_settings, start, end, f"{db}.l", schema, fast=True)
     assert "decoding with python-mysql-replication" in caplog.text and "koi8r" in caplog.text
     assert fast == _read(cdc_settings, start, end, f"{db}.l", schema, fast=False)

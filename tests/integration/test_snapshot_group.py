@@ -355,7 +355,7 @@ def test_geometry_table_falls_back_to_jdbc_or_is_refused_by_reader_native(
     with pytest.raises(SnapshotError, match=r"native reader cannot read it: column 'p' holds GEOMETRY.*reader='jdbc'"):
         run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(reader="native"))
     assert sink.read(table).num_rows == 0
-    with caplog.at_level("INFO", logger="airflow_provider_mysqlcdc.snapshot.group"):
+    with caplog.at_level("INFO", logger="airflow_provider_mysqlcdc.snapshot.staging"):
         result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
     assert result.rows == 2
     assert any("read with Spark JDBC: column 'p' holds GEOMETRY" in r.getMessage() for r in caplog.records)

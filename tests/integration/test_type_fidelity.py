@@ -3,7 +3,7 @@
 One table holds one column per type and rows with typical, edge, zero and NULL values. The same
 rows are read
 
-* **A (snapshot)**: Spark JDBC as the snapshot reads it (``snapshot.group.jdbc_frame``: the
+* **A (snapshot)**: Spark JDBC as the snapshot reads it (``snapshot.staging.jdbc_frame``: the
   ``jdbc_read`` projection + ``customSchema`` + its ``selectExpr``) -> Parquet (TIMESTAMP_MICROS)
   -> pyarrow, checked to already *have* ``arrow_schema`` (the Delta sink adopts Spark's files as
   they are, so a cast afterwards would hide a wrong type); the snapshot's native reader and whole
@@ -321,7 +321,7 @@ def _read_binlog(settings: ConnectionSettings, start: tuple[str, int], db: str, 
 def snapshot_read(spark: Any, settings: ConnectionSettings, schema: TableSchema, dest: str,
                   url: str | None = None) -> pa.Table:
     """Path A exactly as the snapshot job runs it: projection + customSchema -> Parquet -> Arrow."""
-    from airflow_provider_mysqlcdc.snapshot.group import jdbc_frame
+    from airflow_provider_mysqlcdc.snapshot.staging import jdbc_frame
 
     df = jdbc_frame(spark, url or mysql_jdbc.jdbc_url(settings), mysql_jdbc.jdbc_properties(settings), schema)
     df.coalesce(1).write.mode("overwrite").parquet(dest)

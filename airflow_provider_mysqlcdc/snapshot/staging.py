@@ -1,0 +1,354 @@
+"""Stage a group's chunks: read every chunk once and write it as Parquet inside its Delta table.
+
+The second step of the watermark bracket (``snapshot/group.py``; docs/architecture.md, "The
+watermark bracket"): every row the group holds is materialised here before the high watermark is
+taken and never read from the source again. One Spark task reads one chunk, with the native
+connectorx reader where it reads the table exactly (``snapshot/native_reader.py``), else with Spark
+JDBC. The staged files sit in the table's directory, invisible until the group commits them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.core import projection
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk
+from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn
+from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition, sql_literal
+from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable, stage_chunks
+
+log = logging.getLogger(__name__)
+
+_PART = re.compile(r"part-(\d+)-")
+
+
+class SnapshotError(RuntimeError):
+    """The snapshot of a group failed; the message says why and what to do. Nothing was committed."""
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class SnapshotTestHooks:
+    """Deterministic interleavings for tests: callables run at each point of the algorithm.
+
+    ``stall_reads_at`` makes the SELECT of a table pause (server-side ``SLEEP``) when it reaches a
+    key, so ``during_read`` runs while that SELECT is in flight. The defaults do nothing, so the
+    algorithm calls them unconditionally. Not for production use.
+    """
+
+    after_low_watermark: Callable[[], None] = _nothing
+    during_read: Callable[[], None] = _nothing
+    before_high_watermark: Callable[[], None] = _nothing
+    stall_reads_at: dict[str, tuple[tuple[Any, ...], float]] = field(default_factory=dict)
+
+
+@dataclass
+class TableWork:
+    """One table of a group on its way through the bracket: its chunks, schema and staged files."""
+
+    table: str
+    schema: TableSchema
+    arrow_schema: pa.Schema
+    splits: list[SnapshotChunk]  # this group's chunks of the table
+    locator: ChunkLocator  # over ALL chunks of the table (keys may move to other groups' chunks)
+    pk_cols: list[str]
+    chunk_cols: list[str]
+    staging: str = ""
+    files: dict[int, StagedFile] = field(default_factory=dict)  # split_id -> staged file
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files.values())
+
+
+def prepare_tables(
+    plan: SnapshotPlan, chunks: list[SnapshotChunk], sink: DeltaSink, group_key: str, attempt: str
+) -> list[TableWork]:
+    """The group's tables, each created in the sink if new and given its own staging location.
+
+    The staging location is per attempt, so a retried group never adopts a failed attempt's files."""
+    out = []
+    for table in dict.fromkeys(s.table for s in chunks):
+        schema = plan.tables[table]
+        all_splits = [s for s in plan.splits if s.table == table]
+        # the merge key: the primary key, or the chunk key of a table without one
+        merge_key = schema.merge_key(list(all_splits[0].key_names))
+        pk_key_cols = [KeyColumn(c.name, c.kind, c.collation) for c in schema.chunk_key(merge_key)]
+        arrow_schema = cdc_types.arrow_schema(schema)
+        w = TableWork(
+            table=table,
+            schema=schema,
+            arrow_schema=arrow_schema,
+            splits=[s for s in chunks if s.table == table],
+            locator=ChunkLocator(all_splits, plan.collations),
+            pk_cols=[c.name for c in pk_key_cols],
+            chunk_cols=all_splits[0].key_names,
+        )
+        sink.prepare_table(table, arrow_schema, w.pk_cols)
+        w.staging = sink.staging_location(table, group_key, attempt)
+        out.append(w)
+    return out
+
+
+def stage_group(
+    spark: Any,
+    settings: ConnectionSettings,
+    work: list[TableWork],
+    collations: dict[str, Collation],
+    *,
+    reader: str,
+    fetch_size: int,
+    hooks: SnapshotTestHooks,
+) -> int:
+    """Stage every chunk of ``work`` (``w.files`` of each table is set); returns the rows staged.
+
+    The tables are read as concurrent Spark jobs: a group of several small tables would otherwise
+    leave cores idle between one-chunk jobs. The driver is idle meanwhile, so it loads the Arrow
+    and Parquet machinery the window replay needs now rather than after the high watermark.
+    """
+    url = mysql_jdbc.jdbc_url(settings)
+    props = {**mysql_jdbc.jdbc_properties(settings), "fetchsize": str(fetch_size)}
+    with _in_background(_warm_rewrite_path, [w.arrow_schema for w in work]):
+        with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
+            futures = [
+                pool.submit(_stage_table, spark, settings, url, props, w, collations, reader, hooks) for w in work
+            ]
+            for fut in futures:
+                fut.result()
+    return sum(w.rows for w in work)
+
+
+@contextlib.contextmanager
+def _in_background(target: Callable[..., None], *args: Any) -> Iterator[None]:
+    """Run ``target(*args)`` in a daemon thread for the duration of the block; wait for it at the end."""
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def _stage_table(
+    spark: Any,
+    settings: ConnectionSettings,
+    url: str,
+    props: dict[str, str],
+    w: TableWork,
+    collations: dict[str, Collation],
+    reader: str,
+    hooks: SnapshotTestHooks,
+) -> None:
+    """Read the table's chunks of this group into Parquet, one Spark task per chunk."""
+    predicates = _stalled([split_condition(s, collations) for s in w.splits], w, collations, hooks)
+    native = reader != "jdbc"
+    if native:
+        why_not = native_reader_unavailable(settings, w.schema, w.staging)
+        if why_not is not None:
+            if reader == "native":
+                raise SnapshotError(f"{w.table}: the native reader cannot read it: {why_not}; use reader='jdbc'")
+            log.info("%s: read with Spark JDBC: %s", w.table, why_not)
+            native = False
+    log.info("%s: reading %d chunks with the %s reader", w.table, len(predicates), "native" if native else "JDBC")
+    stop = threading.Event()
+    progress = threading.Thread(target=_progress_logger, args=(spark, w.table, len(predicates), stop), daemon=True)
+    progress.start()
+    try:
+        with _in_background(hooks.during_read):
+            if native:
+                w.files = _stage_natively(spark, settings, w, predicates)
+            else:
+                w.files = _stage_with_jdbc(spark, url, props, w, predicates)
+    except Exception as exc:
+        raise SnapshotError(_explain_read_error(w.table, exc)) from exc
+    finally:
+        stop.set()
+
+
+def _stalled(
+    predicates: list[str], w: TableWork, collations: dict[str, Collation], hooks: SnapshotTestHooks
+) -> list[str]:
+    """The predicates, made to pause at the key a test asked for (``hooks.stall_reads_at``)."""
+    stall = hooks.stall_reads_at.get(w.table)
+    if stall is None:
+        return predicates
+    key, seconds = stall
+    cols = w.splits[0].key_columns
+    eq = " AND ".join(
+        f"{quote_ident(c.name)} = {sql_literal(c, v, collations)}" for c, v in zip(cols, key, strict=True)
+    )
+    return [f"{p} AND IF({eq}, SLEEP({float(seconds)}), 0) = 0" for p in predicates]
+
+
+def _progress_logger(spark: Any, label: str, total: int, stop: threading.Event) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    t0 = time.monotonic()
+    while not stop.wait(5.0):
+        done = 0
+        for sid in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(sid)
+            if info is not None:
+                done += info.numCompletedTasks
+        log.info("%s: %d/%d chunks read, %.0fs", label, done, total, time.monotonic() - t0)
+
+
+def _stage_natively(
+    spark: Any, settings: ConnectionSettings, w: TableWork, predicates: list[str]
+) -> dict[int, StagedFile]:
+    files = {}
+    for index, path, rows, size in stage_chunks(spark, settings, w.schema, predicates, w.staging):
+        sid = w.splits[index].split_id
+        files[sid] = StagedFile(path, rows, size, [sid])
+    _remove_unlisted(w.staging, {f.path for f in files.values()})
+    return files
+
+
+def jdbc_frame(
+    spark: Any,
+    url: str,
+    props: dict[str, str],
+    schema: TableSchema,
+    predicates: list[str] | None = None,
+    key_columns: list[str] | None = None,
+) -> Any:
+    """The table read with Spark JDBC as a DataFrame of canonical values (:func:`projection.jdbc_read`):
+    one partition per predicate, in order. ``key_columns`` are the columns the predicates compare.
+
+    The server sends dates and times as integers and Spark's proleptic functions make them DATE
+    and TIMESTAMP (a narrow projection: partition i still holds predicate i's rows)."""
+    read = projection.jdbc_read(schema, key_columns or ())
+    subquery = f"(SELECT {read.select_list} FROM {schema.table.quoted}) AS src"
+    reader_props = {**props, "customSchema": read.custom_schema}
+    if predicates is None:
+        df = spark.read.jdbc(url, subquery, properties=reader_props)
+    else:
+        df = spark.read.jdbc(url, subquery, predicates=predicates, properties=reader_props)
+    return df.selectExpr(*read.spark_exprs)
+
+
+def _stage_with_jdbc(
+    spark: Any, url: str, props: dict[str, str], w: TableWork, predicates: list[str]
+) -> dict[int, StagedFile]:
+    df = jdbc_frame(spark, url, props, w.schema, predicates, w.chunk_cols)
+    writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
+    for name in cdc_types.dictionary_columns(w.schema):
+        writer = writer.option(f"parquet.enable.dictionary#{name}", "true")
+    writer.parquet(w.staging)
+    return _collect_staged(w.staging, w.splits)
+
+
+def _remove_unlisted(staging: str, keep: set[str]) -> None:
+    """Drop files of failed task attempts (a retried chunk wrote a second file under a new name)."""
+    base = _local(staging)
+    for name in os.listdir(base) if os.path.isdir(base) else []:
+        path = f"{base}/{name}"
+        if path not in keep and name.endswith(".parquet"):
+            os.remove(path)
+
+
+def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:
+    """Round-trip an empty table of each schema through Parquet in memory: the first use of that
+    machinery in a process is slow, and the driver is idle while Spark reads (see :func:`stage_group`)."""
+    try:
+        for schema in schemas:
+            buf = pa.BufferOutputStream()
+            pq.write_table(schema.empty_table(), buf, use_dictionary=False)
+            back = pq.read_table(pa.BufferReader(buf.getvalue())).cast(schema)
+            if back.num_columns:
+                back.filter(pc.invert(pc.is_in(back.column(0), value_set=back.column(0).combine_chunks())))
+    except Exception as exc:  # only a warm-up: the rewrite itself reports real problems
+        log.debug("warm-up of the rewrite path failed: %s", exc)
+
+
+def _explain_read_error(table: str, exc: Exception) -> str:
+    text = str(exc)
+    # A native-reader task failure arrives as Spark's PythonException holding the worker's
+    # traceback: its last "RuntimeError: reading ..." line is the message that matters.
+    worker = [ln.split("RuntimeError: ", 1)[1] for ln in text.splitlines() if "RuntimeError: reading " in ln]
+    if worker:
+        first = worker[-1].split(" failed: ", 1)[-1][:300]
+    else:
+        first = next((ln for ln in text.splitlines() if "Exception:" in ln), text[:300]).strip()
+        first = first.split("Exception: ", 1)[-1][:300]
+    if (
+        "ClassNotFoundException" in text
+        or text.strip().startswith("org.mariadb.jdbc.Driver")
+        or first == "org.mariadb.jdbc.Driver"
+    ):
+        return (
+            f"reading {table} failed: the JDBC driver ({first}) is not on Spark's classpath. Pass the Connector/J jar "
+            "to spark-submit with --jars (Debian: /usr/share/java/mariadb-java-client.jar), or set jdbc_jar"
+        )
+    if "doesn't exist" in text or "1146" in text:
+        return (
+            f"reading {table} failed: the table does not exist on the source any more. "
+            f"Re-plan the snapshot ({first.strip()})"
+        )
+    if "Access denied" in text or "1142" in text or "1045" in text:
+        return f"reading {table} failed: access denied. GRANT SELECT on the table to the CDC user ({first.strip()})"
+    if (
+        "Could not connect" in text
+        or "Connection refused" in text
+        or ("connect" in text.lower() and "timed out" in text.lower())
+    ):
+        return (
+            f"reading {table} failed: cannot connect to the source server; "
+            f"check host/port and that it is up ({first.strip()})"
+        )
+    return f"reading {table} failed: {first.strip()}"
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+def _collect_staged(staging: str, splits: list[SnapshotChunk]) -> dict[int, StagedFile]:
+    """Map Spark's part files back to chunks: partition i read predicate i, i.e. ``splits[i]``."""
+    out: dict[int, StagedFile] = {}
+    base = _local(staging)
+    for name in sorted(os.listdir(base)):
+        m = _PART.match(name)
+        if not m or not name.endswith(".parquet"):
+            continue
+        idx = int(m.group(1))
+        if idx >= len(splits):
+            raise SnapshotError(f"unexpected staged file {name}: more partitions than chunks")
+        path = f"{base}/{name}"
+        rows = pq.ParquetFile(path).metadata.num_rows
+        sid = splits[idx].split_id
+        if sid in out:  # Spark split one partition into several files (maxRecordsPerFile)
+            prev = out[sid]
+            merged = f"{base}/merged-{sid}-{uuid.uuid4().hex[:8]}.parquet"
+            pq.write_table(pa.concat_tables([pq.read_table(prev.path), pq.read_table(path)]), merged)
+            os.remove(prev.path)
+            os.remove(path)
+            path, rows = merged, prev.rows + rows
+        out[sid] = StagedFile(path, rows, os.path.getsize(path), [sid])
+    return out
+
+
+__all__ = ["SnapshotError", "SnapshotTestHooks", "TableWork", "jdbc_frame", "prepare_tables", "stage_group"]
