@@ -375,10 +375,9 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return read_partition(self, partition)
 
 
-
-
 class MySqlBinlogDataSource(DataSource):
-    """``spark.readStream.format("mysql_binlog")``: see the module docstring for options and schema."""
+    """``spark.readStream.format("mysql_binlog")``: options in the module docstring, the output
+    schema in ``stream/partition_read.py``."""
 
     #: Set by :func:`register` from ``spark.sparkContext.defaultParallelism``; the planning process
     #: has no SparkContext to ask.
