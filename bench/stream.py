@@ -17,7 +17,7 @@ default: at Spark's default 1g the single-reader run dies of a Java heap OOM, se
   the same range -> ``bare_reader_rows_per_s``;
 * breakdown (skip with ``--no-breakdown``): the same range through the product's layers in this
   thread, as CPU seconds: ``BinlogRangeReader`` with the type converter; the source's task body
-  (``stream.source._read_partition``: + handoff filter, change blocks); the driver's
+  (``stream/partition_read.py``: + handoff filter, change blocks); the driver's
   ``BatchApplier.apply_arrow`` split into its steps (decode blocks, fold), and the Delta MERGE;
 * stream: ``start_stream`` from the start offset (manifest start and every chunk's HW = the start
   offset, so every change passes the handoff filter) with ``readers=2``, then ``readers=1``, each
@@ -402,12 +402,8 @@ def breakdown(
     from pyspark.sql.types import _parse_datatype_string
 
     from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
-    from airflow_provider_mysqlcdc.stream.spark_source import (
-        SCHEMA,
-        BinlogPartition,
-        MySqlBinlogStreamReader,
-        _read_partition,
-    )
+    from airflow_provider_mysqlcdc.stream.partition_read import SCHEMA, read_partition
+    from airflow_provider_mysqlcdc.stream.spark_source import BinlogPartition, MySqlBinlogStreamReader
 
     schemas = manifest.schemas()
     conv = {t: binlog_values.binlog_row_converter(s) for t, s in schemas.items()}
@@ -439,7 +435,7 @@ def breakdown(
     }, 1)
     part = BinlogPartition(0, start.to_dict(), end.to_dict(), 7103)
     c0 = time.thread_time()
-    data = pa.Table.from_batches(list(_read_partition(reader, part)))
+    data = pa.Table.from_batches(list(read_partition(reader, part)))
     cpu["task_body"] = time.thread_time() - c0
 
     # 3. the driver's apply, step by step (the same calls BatchApplier.apply_arrow makes)

@@ -8,7 +8,7 @@ jobs:
   returned just before the transaction was written, so comparing it with a high watermark answers
   "was this committed after the HW snapshot?" (``tx_offset >= HW``) with no off-by-one: a
   transaction that ends exactly at HW starts before it and is excluded, the next one starts at or
-  after it and is included (DESIGN §3 "Stream handoff").
+  after it and is included (``docs/architecture.md``, "The handoff").
 * ``event_pos`` + ``row_index`` — where the row itself sits, so that changes can be put back in
   binlog order after being decoded in parallel (``order_key`` is a total order).
 
@@ -85,7 +85,8 @@ def last_change_per_key(
     key ends deleted, otherwise ``after`` is the key's final row. An update that changes the key is
     a delete of the old key plus an upsert of the new one (the old key maps to a synthesized ``d``
     change carrying the update's before image), so a row that moves out of a chunk disappears from
-    it and a row that moves in appears — the window-merge rule of DESIGN §3.
+    it and a row that moves in appears — the window merge of ``docs/architecture.md``, "The watermark
+    bracket".
 
     ``normalize`` maps a key tuple to the dict key. Pass the database's own key order (e.g. a
     collation-aware sort key) when keys are strings under a case- or pad-insensitive collation:

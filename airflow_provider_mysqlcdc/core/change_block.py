@@ -15,7 +15,7 @@ A block's columns::
                whose delete-half it dropped into an upsert: ``before`` null)
     file, pos  where the change's transaction starts (what the handoff filter compares)
     file_num, event_pos, row_index   the rows event and the row inside it (binlog order)
-    seq        order inside the micro-batch (see ``stream/spark_source.py``)
+    seq        order inside the micro-batch (see ``stream/partition_read.py``)
     commit_ts  the rows event's timestamp, epoch seconds
     before     struct of the before image: the key columns only (all the sink needs), or every
                column (``before_image='full'``); null for inserts and filtered delete-halves

@@ -1,46 +1,12 @@
 """``mysql_binlog``: a PySpark Python streaming data source over the MySQL/MariaDB binlog.
 
 Each micro-batch is a binlog range ``[start, end)`` between two transaction boundaries. The range
-is cut into up to ``readers`` slices of similar byte size (``stream/boundaries.py``: on transaction
-boundaries, or on rows events inside a transaction too large to leave whole), and each is decoded
-by its own Spark task with its own replication ``server_id`` — one reader per batch would cap the
-stream at one core. The stream handoff filter (per chunk HW, per image) is applied in the tasks.
-
-The changes travel as *change blocks* (``cdc/change_block.py``): each output row carries up to
-:data:`BLOCK_ROWS` changes of one table as an Arrow IPC stream whose images are already in the
-table's canonical Arrow types, so the driver folds whole blocks with Arrow kernels instead of
-decoding every change in Python (measured: the per-change JSON round trip it replaces cost
-~35-40 µs of CPU per change, a quarter of all CPU, half of it on the serial driver).
-
-Output schema (:data:`SCHEMA`)::
-
-    tbl STRING        'db.table'
-    kind STRING       'rows' (a block of row changes), 'staged' (blocks a task wrote to a file
-                      instead: its output passed its share of ``max_inline_bytes``), 'ddl' (a DDL
-                      statement on the table) or 'invalid' (changes whose values do not fit the
-                      table's schema in the manifest: the rows after an ALTER the stream has not
-                      followed yet)
-    rows INT          changes in the block or file (1 for 'ddl')
-    first_seq LONG    ``seq`` of the block's first change; ``seq`` orders changes inside the
-                      micro-batch: (partition index << 40) | number in the partition; partitions
-                      are consecutive binlog ranges, so seq follows the binlog. Not comparable
-                      across batches.
-    file STRING       binlog file where the transaction of the block's LAST change starts
-                      (of the DDL for 'ddl')
-    pos LONG          position where that transaction starts (what "p >= HW" compares)
-    commit_ts LONG    the latest rows-event timestamp in the block, epoch seconds
-    info STRING       for 'ddl': JSON {"kind": alter|truncate|drop|rename|replace, "sql": ...}
-                      (see stream/job.py); for 'invalid': JSON {"error": ...}; for 'staged': JSON
-                      {"path", "blocks", "rows", "bytes", ...} (stream/staged_blocks.py); null for
-                      'rows'
-    block BINARY      for 'rows': the Arrow IPC block (columns op, file, pos, file_num, event_pos,
-                      row_index, seq, commit_ts, before, after; see cdc/change_block.py)
-
-:func:`expand_changes` turns collected output back into one dict per change (tests, debugging).
-
-An update whose halves fall in chunks with different HWs is emitted with only the passing half
-(DESIGN §3, ``cdc/split_filter.py``): ``before=None`` when its delete-half is filtered, ``op='d'``
-and ``after=None`` when its upsert-half is.
+is cut into up to ``readers`` slices of similar byte size (``mysql/binlog_ranges.py``: on
+transaction boundaries, or on rows events inside a transaction too large to leave whole), and each
+is decoded by its own Spark task with its own replication ``server_id`` — one reader per batch would
+cap the stream at one core. What a task does, the handoff filter included, and the output schema
+are in ``stream/partition_read.py``; this module plans the batches (``docs/architecture.md``,
+"Data flow" and "Binlog offsets").
 
 Options (strings, as Spark passes them):
 
@@ -83,12 +49,6 @@ has no composite limit). ``ReadAllAvailable`` (Trigger.Once) ignores both. The r
 ``SupportsTriggerAvailableNow``, so ``trigger(availableNow=True)`` runs capped batches up to the
 position seen at start and stops — without the mixin Spark falls back to one uncapped batch.
 
-Measured (Nov 2026, 2 cores shared with other work, local[2], 100k row changes of a 6-column table:
-50k inserts, 25k updates, 25k deletes, 500 rows per statement, one uncapped batch): one sequential
-reader without Spark 20-21k rows/s; this source, warm, ``readers=1`` 14-20k rows/s and ``readers=2``
-16-27k rows/s (about 1.35x: the two decoders share the 2 cores with the JVM and the server). Cut
-points and caps cost milliseconds per batch (a 1M-event range cut in 8: 0.25-0.45 s).
-
 A source server that goes away (restart, network) is waited for, up to
 ``reconnect_timeout_seconds`` (default 120): the driver retries its planning queries, and a task
 resumes its sub-range from the last transaction boundary it consumed, skipping the rows of the
@@ -106,7 +66,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pymysql
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -117,45 +76,29 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.change_block import (
-    BlockBuilder,
-    block_changes,
-    block_schema,
-    decode_blocks,
-    encode_block,
-)
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes, binlog_file_number
-from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_ranges import (
     BinlogBoundaries,
     RangeSlice,
     capped_end,
     slice_range,
 )
-from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader, BinlogReaderInterrupted
-from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator, SourceConnectionError
-from airflow_provider_mysqlcdc.mysql.rows_decoder import key_image_columns
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, binlog_files, current_offset
-from airflow_provider_mysqlcdc.stream.staged_blocks import (
-    StagedBlockWriter,
-    batch_key,
-    read_staged_blocks,
-    write_batch_info,
+from airflow_provider_mysqlcdc.stream.partition_read import (
+    BLOCK_ROWS,
+    DEFAULT_RECONNECT_TIMEOUT,
+    SCHEMA,
+    backoff,
+    is_transient,
+    read_partition,
 )
+from airflow_provider_mysqlcdc.stream.staged_blocks import batch_key, write_batch_info
 
 log = logging.getLogger(__name__)
 
 NAME = "mysql_binlog"
-SCHEMA = (
-    "tbl STRING, kind STRING, rows INT, first_seq BIGINT, file STRING, pos BIGINT, commit_ts BIGINT, info STRING, "
-    "block BINARY"
-)
-#: Changes per block (option ``block_rows``): big enough that the per-block cost (Arrow
-#: conversion, IPC, one Spark row) vanishes, small enough that a task streams its output instead of
-#: holding it. A sealed block is yielded at once.
-BLOCK_ROWS = 8192
 #: A sub-range smaller than this is not worth its own replication connection (tunable by option).
 DEFAULT_MIN_BYTES_PER_READER = 256 * 1024
 #: Change-block bytes a micro-batch sends through Spark to the driver (option ``max_inline_bytes``),
@@ -166,35 +109,13 @@ DEFAULT_MIN_BYTES_PER_READER = 256 * 1024
 DEFAULT_MAX_INLINE_BYTES = 32 * 1024 * 1024
 #: A batch with at least this many binlog bytes is "large": its plan is recorded for progress reports.
 LARGE_BATCH_BYTES = 64 * 1024 * 1024
-#: ``seq`` = partition index << SEQ_SHIFT | row number within the partition.
-SEQ_SHIFT = 40
 SERVER_ID_SPAN = 1000
-#: How long the source keeps retrying a source server that went away (restart, failover, network)
-#: before the query fails; Spark in local mode does not retry a failed task at all.
-DEFAULT_RECONNECT_TIMEOUT = 120
-
-# Client/server errors after which a retry can succeed: cannot connect (2002/2003), connection lost
-# or gone away (2013/2006/2055), server shutting down (1053), connection killed (1927).
-_TRANSIENT_CODES = frozenset({1053, 1927, 2002, 2003, 2006, 2013, 2055})
 T = TypeVar("T")
 
 
-def _is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is the server or the network going away, as opposed to a real error."""
-    if isinstance(exc, BinlogReaderInterrupted | ConnectionError):
-        return True
-    if isinstance(exc, SourceConnectionError):
-        exc = exc.__cause__ or exc
-    return isinstance(exc, pymysql.err.MySQLError) and bool(exc.args) and exc.args[0] in _TRANSIENT_CODES
-
-
-def _backoff(attempt: int) -> float:
-    return min(2.0, 0.1 * 2**attempt)
-
-# ============================================================================ Spark classes
 class BinlogPartition(InputPartition):
-    """One task's share of a micro-batch (a :class:`~stream.boundaries.RangeSlice`), the batch it
-    belongs to (for staged output) and the server_id its reader uses."""
+    """One task's share of a micro-batch (a :class:`~airflow_provider_mysqlcdc.mysql.binlog_ranges.RangeSlice`),
+    the batch it belongs to (for staged output) and the server_id its reader uses."""
 
     def __init__(
         self,
@@ -320,7 +241,7 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             try:
                 return fn(self._connection())
             except Exception as exc:
-                if not _is_transient(exc):
+                if not is_transient(exc):
                     raise
                 self._drop_connection()
                 now = time.monotonic()
@@ -328,7 +249,7 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                 if now >= deadline:
                     raise
                 log.warning("%s: %s failed (%s); retrying", NAME, what, exc)
-                time.sleep(_backoff(attempt))
+                time.sleep(backoff(attempt))
                 attempt += 1
 
     def _files_checked(self, conn: Any, start: BinlogOffset) -> list[tuple[str, int]]:
@@ -451,215 +372,12 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
     # ---------------------------------------------------------------- task side
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, BinlogPartition)
-        return _read_partition(self, partition)
-
-
-def _read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> Iterator[pa.RecordBatch]:
-    """Decode one sub-range, filter it, yield Arrow batches of change blocks (:data:`SCHEMA`)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow_schema = to_arrow_schema(reader.schema, timezone="UTC")
-    manifest = reader.manifest
-    flt = manifest.handoff_filter()
-    schemas = manifest.schemas()
-    added = {t: tuple(manifest.tables[t].added_columns) for t in schemas}
-    converters = {t: binlog_values.binlog_row_converter(s, added[t]) for t, s in schemas.items()}
-    key_cols = {t: tuple(m.chunk_key_columns) for t, m in manifest.tables.items()}
-    full_before = reader.before_image == "full"
-    block_rows = reader.block_rows
-    before_cols = {t: key_image_columns(s.primary_key, key_cols[t]) for t, s in schemas.items()}
-    builders = {t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), before_cols[t], full_before))
-                for t, s in schemas.items()}  # fmt: skip
-    max_hw = {t: flt.max_high_watermark(t).sort_key() for t in schemas}
-    min_hw = {
-        t: manifest.tables[t].min_high_watermark.sort_key()
-        for t in schemas
-    }
-
-    def convert(table: str, values: dict[str, Any], none_sources: Any) -> dict[str, Any]:
-        return converters[table](values, none_sources)
-
-    start, end = BinlogOffset.from_dict(part.start), BinlogOffset.from_dict(part.end)
-    emit_from = BinlogOffset.from_dict(part.emit_from) if part.emit_from else None
-    emit_to = BinlogOffset.from_dict(part.emit_to) if part.emit_to else None
-    # Output beyond max_inline_bytes goes to staged files instead of through Spark (see
-    # stream/staged_blocks.py); None when the query has no staging directory.
-    staged = StagedBlockWriter(reader.staging, part.batch, part.index) if reader.staging else None
-    inline_bytes = 0
-    decoded = 0
-    out: list[dict[str, Any]] = []  # block rows waiting to be yielded
-    first_seq: dict[str, int] = {}
-    last_tx_of: dict[str, BinlogOffset] = {}
-    max_ts: dict[str, int] = {}
-    seq = part.index << SEQ_SHIFT
-    last_tx: BinlogOffset | None = None
-    tx_key: tuple[int, int] = (0, 0)
-
-    def seal(table: str) -> None:
-        nonlocal inline_bytes
-        b = builders[table]
-        tx = last_tx_of[table]
-        row = {"tbl": table, "kind": "rows", "rows": len(b), "first_seq": first_seq.pop(table), "file": tx.file,
-               "pos": tx.pos, "commit_ts": max_ts.pop(table), "info": None, "block": None}  # fmt: skip
-        try:
-            block = b.build()
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
-            # Values decoded with the manifest's schema do not fit it: rows after an ALTER (e.g. a
-            # widening) that this batch's DDL marker — possibly in another task — announces. The
-            # driver stops the batch at the DDL before applying anything, or fails with this.
-            row["kind"], row["info"] = "invalid", json.dumps({"error": f"{type(exc).__name__}: {exc}"})
-            out.append(row)
-            return
-        if staged is not None:
-            staged.report_progress(decoded, str(tx))
-            if staged.active or (part.inline_bytes is not None and inline_bytes + block.nbytes > part.inline_bytes):
-                staged.write(table, block, row["first_seq"], tx, row["commit_ts"])
-                return
-        row["block"] = encode_block(block)
-        inline_bytes += len(row["block"])
-        out.append(row)
-
-    def flush() -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pylist(out, schema=arrow_schema)
-        out.clear()
-        return batch
-
-    # A lost connection (server restart, network) resumes from the reader's last boundary; rows of
-    # the transaction that was being read when it broke are read again and skipped up to the count
-    # already handled, so the task's output has every change exactly once.
-    pos = start
-    skip_tx: BinlogOffset | None = None
-    skip_n = 0
-    deadline: float | None = None
-    attempt = 0
-    while True:
-        rr = BinlogRangeReader(reader._settings(), pos, end, reader.tables, part.server_id, blocking=False,
-                               convert=convert, ddl=True, schemas=schemas, added_columns=added,
-                               key_columns=None if full_before else before_cols, emit_from=emit_from,
-                               emit_to=emit_to)  # fmt: skip
-        cur_tx: BinlogOffset | None = None
-        n_in_tx = 0
-        failure: Exception
-        try:
-            with rr:
-                for ch in rr:
-                    table = ch.table
-                    tx = ch.tx_offset
-                    if tx is not last_tx:  # one BinlogOffset object per transaction
-                        last_tx, tx_key = tx, tx.sort_key()
-                    if tx is not cur_tx:
-                        cur_tx, n_in_tx = tx, 0
-                    n_in_tx += 1
-                    if skip_tx is not None and n_in_tx <= skip_n and tx == skip_tx:
-                        continue  # handled before the connection broke
-                    op, before, after = ch.op, ch.before, ch.after
-                    if op == "s":
-                        # DDL: the stream applies it (ALTER) or stops on it. A TRUNCATE/DROP/RENAME
-                        # older than every chunk of the table is already in its snapshot.
-                        if after["kind"] == "alter" or tx_key >= min_hw[table]:  # type: ignore[index]
-                            if table in first_seq:  # keep the table's changes before the DDL in order
-                                seal(table)
-                            out.append({"tbl": table, "kind": "ddl", "rows": 1, "first_seq": seq, "file": tx.file,
-                                        "pos": tx.pos, "commit_ts": int(ch.commit_ts), "info": json.dumps(after),
-                                        "block": None})  # fmt: skip
-                            seq += 1
-                        continue
-                    if tx_key < max_hw[table]:  # inside the handoff window: filter per image
-                        cols_k = key_cols[table]
-                        if op == "c":
-                            if not flt.emits(table, [after[c] for c in cols_k], tx):  # type: ignore[index]
-                                continue
-                        elif op == "d":
-                            if not flt.emits(table, [before[c] for c in cols_k], tx):  # type: ignore[index]
-                                continue
-                        else:
-                            del_ok = flt.emits(table, [before[c] for c in cols_k], tx)  # type: ignore[index]
-                            ups_ok = flt.emits(table, [after[c] for c in cols_k], tx)  # type: ignore[index]
-                            if not del_ok and not ups_ok:
-                                continue
-                            if not ups_ok:
-                                op, after = "d", None
-                            elif not del_ok:
-                                before = None
-                    decoded += 1
-                    b = builders[table]
-                    if table not in first_seq:
-                        first_seq[table] = seq
-                        max_ts[table] = 0
-                    ts = int(ch.commit_ts)
-                    if ts > max_ts[table]:
-                        max_ts[table] = ts
-                    last_tx_of[table] = tx
-                    evpos = ch.event_pos
-                    b.add(op, tx.file, tx.pos, evpos[0], evpos[1], ch.row_index, seq, ts, before, after)
-                    seq += 1
-                    if len(b) >= block_rows:
-                        seal(table)
-                        if out:
-                            yield flush()
-            if rr.reached_end:
-                break
-            # A non-blocking read that ends short of ``end`` (the server closed the dump) would drop
-            # the rest of the range: resume, and fail if it keeps happening.
-            failure = RuntimeError(
-                f"binlog reader for {start} -> {end} stopped at {rr.position} ({rr.stop_reason}) before the end "
-                "of its range"
-            )
-        except Exception as exc:
-            if not _is_transient(exc):
-                raise
-            failure = exc
-        now = time.monotonic()
-        if rr.position > pos:  # progress since the last break: a new outage gets the full timeout
-            deadline, attempt = None, 0
-        deadline = deadline if deadline is not None else now + reader.reconnect_timeout
-        if now >= deadline:
-            raise failure
-        if cur_tx is not None and cur_tx >= rr.position:  # broke inside cur_tx: it is read again
-            skip_n = max(skip_n, n_in_tx) if cur_tx == skip_tx else n_in_tx
-            skip_tx = cur_tx
-        pos = max(pos, rr.position)
-        log.warning("%s: reading %s -> %s broke at %s (%s); resuming", NAME, start, end, pos, failure)
-        time.sleep(_backoff(attempt))
-        attempt += 1
-    for table in list(first_seq):
-        seal(table)
-    if staged is not None and staged.active:
-        for f in staged.close():
-            out.append({"tbl": f["table"], "kind": "staged",
-                        "rows": f["rows"], "first_seq": f["first_seq"], "file": f["file"], "pos": f["pos"],
-                        "commit_ts": f["commit_ts"], "info": json.dumps(f), "block": None})  # fmt: skip
-    if out:
-        yield flush()
-
-
-def expand_changes(data: pa.Table) -> list[dict[str, Any]]:
-    """Collected :data:`SCHEMA` output as one dict per change, in ``seq`` order.
-
-    A change: ``op, tbl, before, after, file, pos, file_num, event_pos, row_index, seq, commit_ts``
-    (images as dicts); a DDL: ``op='s'``, ``after`` = its ``{"kind", "sql"}``, no event position.
-    """
-    out: list[dict[str, Any]] = []
-    for row in data.to_pylist():
-        if row["kind"] == "invalid":
-            raise ValueError(f"changes of {row['tbl']} could not be converted: {json.loads(row['info'])['error']}")
-        if row["kind"] == "ddl":
-            out.append({"op": "s", "tbl": row["tbl"], "before": None, "after": json.loads(row["info"]),
-                        "file": row["file"], "pos": row["pos"], "file_num": None, "event_pos": None,
-                        "row_index": 0, "seq": row["first_seq"], "commit_ts": row["commit_ts"]})  # fmt: skip
-            continue
-        if row["kind"] == "staged":
-            block = pa.Table.from_batches(list(read_staged_blocks(json.loads(row["info"])["path"])))
-        else:
-            block = decode_blocks([row["block"]])
-        assert block is not None
-        out.extend({"tbl": row["tbl"], **ch} for ch in block_changes(block))
-    out.sort(key=lambda c: c["seq"])
-    return out
+        return read_partition(self, partition)
 
 
 class MySqlBinlogDataSource(DataSource):
-    """``spark.readStream.format("mysql_binlog")``: see the module docstring for options and schema."""
+    """``spark.readStream.format("mysql_binlog")``: options in the module docstring, the output
+    schema in ``stream/partition_read.py``."""
 
     #: Set by :func:`register` from ``spark.sparkContext.defaultParallelism``; the planning process
     #: has no SparkContext to ask.

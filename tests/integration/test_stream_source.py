@@ -52,7 +52,8 @@ from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import binlog_files, current_offset
-from airflow_provider_mysqlcdc.stream.spark_source import SCHEMA, SEQ_SHIFT, expand_changes, register
+from airflow_provider_mysqlcdc.stream.partition_read import SCHEMA, SEQ_SHIFT, expand_changes
+from airflow_provider_mysqlcdc.stream.spark_source import register
 from tests.support.mariadb import MariaDBServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -538,9 +539,10 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
     from pyspark.sql.types import _parse_datatype_string
 
-    from airflow_provider_mysqlcdc.stream.spark_source import BinlogPartition, MySqlBinlogStreamReader, _read_partition
+    from airflow_provider_mysqlcdc.stream.partition_read import read_partition
+    from airflow_provider_mysqlcdc.stream.spark_source import BinlogPartition, MySqlBinlogStreamReader
 
-    caplog.set_level(logging.WARNING, logger="airflow_provider_mysqlcdc.stream.spark_source")
+    caplog.set_level(logging.WARNING, logger="airflow_provider_mysqlcdc.stream")  # planning and task loggers
     server = MariaDBServer()  # its own: it is stopped and started
     server.start()
     try:
@@ -563,7 +565,7 @@ def test_g_server_restart_mid_read_resumes_exactly_once(binlog_spark, tmp_path, 
             "source": json.dumps(settings.to_dict()), "manifest": str(tmp_path / "m.json"), "before_image": "full",
             "block_rows": "4096",
         })  # fmt: skip
-        batches = _read_partition(reader, BinlogPartition(0, start.to_dict(), end.to_dict(), 7480))
+        batches = read_partition(reader, BinlogPartition(0, start.to_dict(), end.to_dict(), 7480))
         got = [next(batches)]  # the read is under way, inside the first transaction
         server.stop()
         restarter = threading.Timer(1.5, server.start)

@@ -75,12 +75,8 @@ def run_soak(
 ) -> dict[str, Any]:
     from pyspark.sql.types import _parse_datatype_string
 
-    from airflow_provider_mysqlcdc.stream.spark_source import (
-        SCHEMA,
-        BinlogPartition,
-        MySqlBinlogStreamReader,
-        _read_partition,
-    )
+    from airflow_provider_mysqlcdc.stream.partition_read import SCHEMA, read_partition
+    from airflow_provider_mysqlcdc.stream.spark_source import BinlogPartition, MySqlBinlogStreamReader
 
     server.execute("CREATE DATABASE IF NOT EXISTS soak")
     server.execute(
@@ -138,7 +134,7 @@ def run_soak(
             with settings.connect() as c:
                 end = current_offset(c)
             part = BinlogPartition(0, pos.to_dict(), end.to_dict(), 7300 + batch_id % 90)
-            out = list(_read_partition(reader, part)) if end > pos else []
+            out = list(read_partition(reader, part)) if end > pos else []
             pos = end
             data = pa.Table.from_batches(out) if out else None
             if data is None or not data.num_rows:
