@@ -153,11 +153,10 @@ with DAG(
         takeover_tables="{{ params.takeover_tables }}",
         allow_large_plan="{{ params.allow_large_plan }}",
     )
+    # The plan's group descriptors carry the pipeline id and roots; the plan in the state store
+    # carries the rest of the pipeline's config (skip_backfill, startup_mode...).
     snapshot = MySqlCdcSnapshotOperator.partial(
         task_id="snapshot",
-        pipeline_id="{{ params.pipeline_id }}",
-        sink_root="{{ params.sink_root }}",
-        state_root="{{ params.state_root }}",
         conf="{{ params.spark_conf }}",
         map_index_template="{{ task.group_label }}",
         retries=1,
@@ -166,12 +165,10 @@ with DAG(
     stream = MySqlCdcStreamOperator(
         task_id="stream",
         pipeline_id="{{ params.pipeline_id }}",
-        sink_root="{{ params.sink_root }}",
         state_root="{{ params.state_root }}",
-        plan_id=plan.output["plan_id"],
+        plan_id=plan.output["plan_id"],  # the plan has the sink root and startup mode
         snapshot_summaries=snapshot.output,
         stream_mode="{{ params.stream_mode }}",
-        startup_mode="{{ params.startup_mode }}",
         conf="{{ params.spark_conf }}",
     )
     wait_caught_up = MySqlCdcStreamSensor(

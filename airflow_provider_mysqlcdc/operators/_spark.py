@@ -1,37 +1,23 @@
-"""How the operators submit the provider's Spark jobs through the Spark provider's ``SparkSubmitHook``.
+"""The snapshot and stream operators' base: the Spark provider's ``SparkSubmitOperator`` running a job
+of this provider, built the way ``SparkJDBCOperator`` builds on it.
 
-The ``spark_default`` connection decides where jobs run (``local[*]``, ``spark://``, YARN,
-Kubernetes), so a DAG moves from a laptop to a cluster by changing a connection, not code. What
-this module adds is what every job of this provider needs:
-
-* the source connection as JSON in ``MYSQLCDC_SOURCE`` — an environment variable, never an
-  argument (arguments show in ``ps`` and in Airflow's log of the command line);
-* the MariaDB/MySQL JDBC driver jar (``jdbc_jar``; Debian's ``libmariadb-java`` by default);
-* for local masters, the driver's and workers' Python = the Python running Airflow, which has this
-  provider, pyarrow and deltalake installed (otherwise Spark picks a bare ``python3``);
-* ``spark-submit`` found next to this Python when it is not on ``PATH`` (pip installs it there).
+Every spark-submit option (``conn_id``, ``conf``, ``jars``, ``packages``, memory and cores,
+``num_executors``, kerberos ``principal``/``keytab``, ``proxy_user``, ``env_vars``, ``verbose``,
+status polling, ``on_kill``) is the parent's; this base adds the arguments every CDC job has and
+swaps in :class:`~airflow_provider_mysqlcdc.hooks.spark_submit.MySqlCdcSparkSubmitHook`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.hooks.spark_submit import MySqlCdcSparkSubmitHook
 
-DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 JOBS_DIR = Path(__file__).resolve().parent.parent / "jobs"
-
-
-class SparkSetupError(AirflowFailException):
-    """The Spark side is not set up; the message says what to create or install. Fails the task
-    without retries: retrying cannot create a connection or install a jar."""
 
 
 def job_path(name: str) -> str:
@@ -39,89 +25,101 @@ def job_path(name: str) -> str:
     return str(JOBS_DIR / f"{name}.py")
 
 
-def _ensure_spark_submit_on_path() -> None:
-    if shutil.which("spark-submit"):
-        return
-    here = Path(sys.executable).parent
-    if (here / "spark-submit").exists():
-        os.environ["PATH"] = f"{here}{os.pathsep}{os.environ.get('PATH', '')}"
-        return
-    raise SparkSetupError(
-        "spark-submit is not on PATH: install pyspark into Airflow's Python (pip install pyspark) or add your "
-        "Spark distribution's bin/ to PATH on the Airflow workers"
+class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
+    """A ``SparkSubmitOperator`` for one of this provider's jobs; subclasses set the job and its arguments.
+
+    ``application`` defaults to the provider's own job (pass another path if the cluster needs one,
+    e.g. on HDFS/S3); ``application_args`` and, unless given, ``name`` are set by the subclass from
+    the CDC arguments.
+
+    :param pipeline_id: the pipeline (its directory in the state store)
+    :param state_root: the state store: a local directory, or an fsspec URL shared by all workers
+    :param sink_root: where the Delta tables are (``<sink_root>/<db>/<table>``)
+    :param plan_id: the plan this task carries out (``MySqlCdcPlanOperator``'s)
+    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param kwargs: every argument of ``SparkSubmitOperator`` (``conn_id`` is the Spark connection)
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "pipeline_id",
+        "state_root",
+        "sink_root",
+        "plan_id",
     )
+    template_fields_renderers = {"conf": "json", "env_vars": "json", "application_args": "py"}
 
+    def __init__(
+        self,
+        *,
+        pipeline_id: str,
+        state_root: str,
+        sink_root: str | None = None,
+        plan_id: str | None = None,
+        mysql_cdc_conn_id: str = "mysql_cdc_default",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("name", "")  # "" = named after the pipeline at run time (the parent's default names nothing)
+        super().__init__(**kwargs)
+        self.pipeline_id = pipeline_id
+        self.state_root = state_root
+        self.sink_root = sink_root
+        self.plan_id = plan_id
+        self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self._lineage_tables: list[str] = []  # what the job read and wrote, for OpenLineage
 
-def spark_master(conn_id: str) -> str:
-    from airflow.sdk import BaseHook
+    def _get_hook(self, detach_log: str | None = None) -> MySqlCdcSparkSubmitHook:
+        """The parent's hook arguments, plus the source connection (and a detached log, for the stream)."""
+        return MySqlCdcSparkSubmitHook(
+            mysql_cdc_conn_id=self.mysql_cdc_conn_id,
+            detach_log=detach_log,
+            conf=self.conf,
+            conn_id=self._conn_id,
+            files=self.files,
+            py_files=self.py_files,
+            archives=self._archives,
+            driver_class_path=self.driver_class_path,
+            jars=self.jars,
+            java_class=self._java_class,
+            packages=self.packages,
+            exclude_packages=self.exclude_packages,
+            repositories=self._repositories,
+            total_executor_cores=self._total_executor_cores,
+            executor_cores=self._executor_cores,
+            executor_memory=self._executor_memory,
+            driver_memory=self._driver_memory,
+            keytab=self.keytab,
+            principal=self.principal,
+            proxy_user=self.proxy_user,
+            name=self.name,
+            num_executors=self._num_executors,
+            status_poll_interval=self._status_poll_interval,
+            application_args=self.application_args,
+            env_vars=self.env_vars,
+            verbose=self._verbose,
+            spark_binary=self._spark_binary,
+            properties_file=self.properties_file,
+            yarn_queue=self._yarn_queue,
+            deploy_mode=self._deploy_mode,
+            use_krb5ccache=self._use_krb5ccache,
+            post_submit_commands=self.post_submit_commands,
+            track_driver_via_k8s_api=self._track_driver_via_k8s_api,
+            yarn_track_via_rm_api=self._yarn_track_via_rm_api,
+            yarn_rm_auth=self._yarn_rm_auth,
+        )
 
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except Exception as exc:
-        raise SparkSetupError(
-            f"Spark connection {conn_id!r} is not defined: create it (type Spark, host local[*], spark://host:7077, "
-            "yarn or k8s://...), e.g. AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\": \"spark\", \"host\": \"local[*]\"}' "
-            f"({type(exc).__name__})"
-        ) from None
-    host = conn.host or ""
-    if conn.conn_type == "spark" and ("://" in host or not conn.port):
-        return host
-    return f"{conn.conn_type}://{host}" + (f":{conn.port}" if conn.port else "")
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source tables the job read, the Delta tables it wrote.
 
+        ``None`` when the OpenLineage provider is not installed, or the job touched no table.
+        """
+        from airflow_provider_mysqlcdc.operators._lineage import operator_lineage
 
-def build_hook(
-    *,
-    conn_id: str,
-    settings: ConnectionSettings,
-    name: str,
-    application_args: list[str],
-    conf: dict[str, Any] | None = None,
-    jars: str | None = None,
-    driver_memory: str | None = None,
-    executor_memory: str | None = None,
-    num_executors: int | None = None,
-    executor_cores: int | None = None,
-    py_files: str | None = None,
-    verbose: bool = False,
-    extra_env: dict[str, str] | None = None,
-) -> Any:
-    """A ``SparkSubmitHook`` for one of this provider's jobs (see the module doc)."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+        if not self._lineage_tables or not self.sink_root:
+            return None
+        source = self._hook.source if isinstance(self._hook, MySqlCdcSparkSubmitHook) else None
+        if source is None:
+            from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
 
-    _ensure_spark_submit_on_path()
-    master = spark_master(conn_id)
-    env = {"MYSQLCDC_SOURCE": json.dumps(settings.to_dict()), **(extra_env or {})}
-    conf = dict(conf or {})
-    conf.setdefault("spark.log.level", "WARN")  # Spark's INFO lines every trigger would bury the job's own log
-    # A driver OutOfMemoryError can leave a streaming query hung with no error (seen with 5M-row
-    # micro-batches on a 1g driver): exit the JVM instead, so the job fails, its run record says so
-    # and an Airflow retry or `status` sees it. Measured: the JVM prints "Terminating due to
-    # java.lang.OutOfMemoryError" and spark-submit exits non-zero.
-    java_opts = str(conf.get("spark.driver.extraJavaOptions", ""))
-    if "OutOfMemoryError" not in java_opts:
-        conf["spark.driver.extraJavaOptions"] = f"{java_opts} -XX:+ExitOnOutOfMemoryError".strip()
-    if master.startswith("local"):
-        for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-            env.setdefault(var, os.environ.get(var, sys.executable))
-        conf.setdefault("spark.sql.session.timeZone", "UTC")
-    if jars is None:
-        jars = DEFAULT_JDBC_JAR
-        if not Path(jars).exists() and master.startswith("local"):
-            raise SparkSetupError(
-                f"the JDBC driver {jars} is missing: apt-get install libmariadb-java (or pass jars= the path of "
-                "MariaDB Connector/J, or MySQL Connector/J for Oracle MySQL)"
-            )
-    return SparkSubmitHook(
-        conf=conf,
-        conn_id=conn_id,
-        jars=jars or None,
-        py_files=py_files,
-        driver_memory=driver_memory,
-        executor_memory=executor_memory,
-        num_executors=num_executors,
-        executor_cores=executor_cores,
-        name=name,
-        application_args=application_args,
-        env_vars=env,
-        verbose=verbose,
-    )
+            source = MySqlCdcHook(self.mysql_cdc_conn_id).settings
+        return operator_lineage(source.host, source.port, self.sink_root, self._lineage_tables)

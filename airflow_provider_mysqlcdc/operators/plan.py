@@ -14,10 +14,13 @@ from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, Pipel
 class MySqlCdcPlanOperator(BaseOperator):
     """Plan one run of a CDC pipeline; returns one small descriptor per split group, for mapping.
 
-    The descriptors (``{"plan_id", "group_id", "group_label"}``) feed
-    ``MySqlCdcSnapshotOperator.partial(...).expand_kwargs(plan.output)``; the plan itself (tables,
-    schemas, chunk boundaries) goes to the state store, never to XCom. The plan id is also pushed
-    under the XCom key ``plan_id`` (``plan.output["plan_id"]``) for the stream operator.
+    The descriptors (``{"pipeline_id", "state_root", "sink_root", "plan_id", "group_id",
+    "group_label"}``) feed ``MySqlCdcSnapshotOperator.partial(...).expand_kwargs(plan.output)``: the
+    plan is the one source of the pipeline's config, so the snapshot tasks need no copy of it. The
+    plan itself (tables, schemas, chunk boundaries, the validated config such as ``skip_backfill``
+    and ``startup_mode``) goes to the state store, never to XCom; the operators downstream read it
+    there. The plan id is also pushed under the XCom key ``plan_id`` (``plan.output["plan_id"]``)
+    for the stream operator.
 
     Tables already captured by the pipeline are not re-read; new tables are snapshotted (or, with
     ``startup_mode`` ``latest-offset`` / ``specific-offset``, start at an offset);
@@ -161,4 +164,5 @@ class MySqlCdcPlanOperator(BaseOperator):
         ti = context["ti"]
         ti.xcom_push(key="plan_id", value=plan_id)
         ti.xcom_push(key="plan_summary", value=outcome.to_dict())
-        return outcome.groups
+        where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root}
+        return [{**where, **g} for g in outcome.groups]

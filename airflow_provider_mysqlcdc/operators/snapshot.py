@@ -5,171 +5,114 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator
+from airflow_provider_mysqlcdc.operators._spark import MySqlCdcSparkSubmitOperator, job_path
+
+READERS = ("auto", "native", "jdbc")
 
 
-class MySqlCdcSnapshotOperator(BaseOperator):
+class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
     """Snapshot one split group with the watermark-bracketed read, through ``spark-submit``.
 
-    Map it over the plan's groups::
+    Map it over the plan's group descriptors, which carry the pipeline's ids and roots::
 
         snapshot = MySqlCdcSnapshotOperator.partial(
-            task_id="snapshot", pipeline_id=..., sink_root=..., state_root=...,
-            map_index_template="{{ task.group_label }}",
+            task_id="snapshot", map_index_template="{{ task.group_label }}",
         ).expand_kwargs(plan.output)
 
     The Spark job (``jobs/snapshot.py`` of this package unless ``application`` says otherwise)
-    reads the group's chunks in parallel Spark tasks, corrects them with the binlog window and
-    commits them to the sink; its chunk results go to the state store (spark-submit returns no
-    XCom in local mode), and this operator returns a small summary read from there: group id,
-    tables, chunks, rows, seconds, rows/s, low and high watermark.
+    reads the group's chunks in parallel Spark tasks, corrects them with the binlog window (unless
+    the plan says ``skip_backfill``) and commits them to the sink; its chunk results go to the
+    state store (spark-submit returns no XCom in local mode), and this operator returns a small
+    summary read from there: group id, tables, chunks, rows, seconds, rows/s, low and high watermark.
 
     Retries are idempotent: a re-run replaces whatever an earlier attempt of the group wrote.
-    ``on_kill`` (task cleared or timed out) kills the Spark application.
+    ``on_kill`` (task cleared or timed out) kills the Spark application (the parent's).
 
-    :param spark_conn_id: where Spark runs (``spark_default``: ``local[*]``, ``spark://``, yarn, k8s)
-    :param conf: extra Spark configuration
-    :param jars: the JDBC driver jar (default: Debian's MariaDB Connector/J)
-    :param application: the snapshot job's path if the cluster needs another (e.g. on HDFS/S3)
+    :param group_id: the split group of the plan to read
+    :param group_label: how the group shows in the UI (its tables and chunks)
     :param fetch_size: JDBC fetch size of the chunk reads
     :param reader: chunk reader: ``auto`` (default: the native Arrow reader, connectorx, where it
         reads the table exactly, else Spark JDBC), ``native`` (fail if it cannot) or ``jdbc``
     :param window_memory_mb: memory the group may use to fold its binlog window; a window holding a
         larger transaction is folded in buckets spilled to local disk (default 512)
+    :param kwargs: the CDC arguments of :class:`MySqlCdcSparkSubmitOperator` (``pipeline_id``,
+        ``state_root``, ``sink_root``, ``plan_id``, ``mysql_cdc_conn_id``) and every argument of
+        ``SparkSubmitOperator``
     """
 
-    template_fields: Sequence[str] = (
-        "pipeline_id",
-        "sink_root",
-        "state_root",
-        "plan_id",
-        "group_id",
-        "conf",
-        "skip_backfill",
-        "application",
-        "reader",
-    )
-    template_fields_renderers = {"conf": "json"}
+    template_fields: Sequence[str] = (*MySqlCdcSparkSubmitOperator.template_fields, "group_id", "reader")
     ui_color = "#fdf1e1"
 
     def __init__(
         self,
         *,
-        pipeline_id: str,
-        sink_root: str,
-        state_root: str,
-        plan_id: str,
         group_id: int,
         group_label: str | None = None,
-        skip_backfill: bool | str = False,
-        mysql_cdc_conn_id: str = "mysql_cdc_default",
-        spark_conn_id: str = "spark_default",
-        conf: dict[str, Any] | None = None,
-        jars: str | None = None,
-        application: str | None = None,
-        driver_memory: str | None = None,
-        executor_memory: str | None = None,
-        num_executors: int | None = None,
-        executor_cores: int | None = None,
-        py_files: str | None = None,
         fetch_size: int = 10_000,
         reader: str = "auto",
         window_memory_mb: int = 512,
-        verbose: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.pipeline_id = pipeline_id
-        self.sink_root = sink_root
-        self.state_root = state_root
-        self.plan_id = plan_id
         self.group_id = group_id
         self.group_label = group_label or f"group {group_id}"
-        self.skip_backfill = skip_backfill
-        self.mysql_cdc_conn_id = mysql_cdc_conn_id
-        self.spark_conn_id = spark_conn_id
-        self.conf = conf
-        self.jars = jars
-        self.application = application
-        self.driver_memory = driver_memory
-        self.executor_memory = executor_memory
-        self.num_executors = num_executors
-        self.executor_cores = executor_cores
-        self.py_files = py_files
         self.fetch_size = fetch_size
         self.reader = reader
         self.window_memory_mb = window_memory_mb
-        self.verbose = verbose
-        self._hook: Any = None
 
-    def execute(self, context: Any) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowException
-
-        from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
-        from airflow_provider_mysqlcdc.operators._spark import build_hook, job_path
-        from airflow_provider_mysqlcdc.state import StateStore
-
-        if self.reader not in ("auto", "native", "jdbc"):
-            from airflow.sdk.exceptions import AirflowFailException
-
-            raise AirflowFailException(f"reader must be 'auto', 'native' or 'jdbc', got {self.reader!r}")
-        store = StateStore(self.state_root, self.pipeline_id)
-        group_id = int(self.group_id)
-        plan = store.read_plan(self.plan_id)
-        skip_backfill = str(self.skip_backfill).lower() == "true" or bool(plan.get("skip_backfill"))
+    def snapshot_args(self, skip_backfill: bool) -> list[str]:
+        """The snapshot job's arguments (``jobs/snapshot.py``)."""
         args = [
-            "--state-root", self.state_root,
-            "--pipeline-id", self.pipeline_id,
-            "--plan-id", self.plan_id,
-            "--group-id", str(group_id),
-            "--sink-root", self.sink_root,
+            "--state-root", str(self.state_root),
+            "--pipeline-id", str(self.pipeline_id),
+            "--plan-id", str(self.plan_id),
+            "--group-id", str(int(self.group_id)),
+            "--sink-root", str(self.sink_root),
             "--fetch-size", str(int(self.fetch_size)),
             "--reader", str(self.reader),
             "--window-memory-mb", str(int(self.window_memory_mb)),
-        ]
-        if skip_backfill:
-            args.append("--skip-backfill")
-        self._hook = build_hook(
-            conn_id=self.spark_conn_id,
-            settings=MySqlCdcHook(self.mysql_cdc_conn_id).settings,
-            name=f"mysqlcdc-snapshot-{self.pipeline_id}-g{group_id}",
-            application_args=args,
-            conf=self.conf,
-            jars=self.jars,
-            driver_memory=self.driver_memory,
-            executor_memory=self.executor_memory,
-            num_executors=self.num_executors,
-            executor_cores=self.executor_cores,
-            py_files=self.py_files,
-            verbose=self.verbose,
-        )
+        ]  # fmt: skip
+        return [*args, "--skip-backfill"] if skip_backfill else args
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        from airflow_provider_mysqlcdc.state import StateStore
+
+        if self.reader not in READERS:
+            raise AirflowFailException(f"reader must be 'auto', 'native' or 'jdbc', got {self.reader!r}")
+        if not self.sink_root or not self.plan_id:
+            raise AirflowFailException("sink_root and plan_id are needed: map the operator over plan.output")
+        store = StateStore(self.state_root, self.pipeline_id)
+        group_id = int(self.group_id)
+        plan = store.read_plan(str(self.plan_id))
+        self.application = self.application or job_path("snapshot")
+        self.application_args = self.snapshot_args(bool(plan.get("skip_backfill")))  # the plan decides
+        self.name = self.name or f"mysqlcdc-snapshot-{self.pipeline_id}-g{group_id}"
         self.log.info("snapshot group %d of plan %s: %s", group_id, self.plan_id, self.group_label)
-        store.clear_group_error(self.plan_id, group_id)
+        store.clear_group_error(str(self.plan_id), group_id)
         try:
-            self._hook.submit(self.application or job_path("snapshot"))
+            super().execute(context)
         except AirflowException:
-            err = store.read_group_error(self.plan_id, group_id)
+            err = store.read_group_error(str(self.plan_id), group_id)
             if err:  # the job's own one-line explanation beats spark-submit's exit code
                 msg = f"snapshot group {group_id} ({self.group_label}) failed: {err['error']}"
                 raise AirflowException(msg) from None
             raise
-        res = store.read_group_report(self.plan_id, group_id)
+        res = store.read_group_report(str(self.plan_id), group_id)
         if res is None:
             raise AirflowException(
                 f"the snapshot job of group {group_id} exited 0 but left no results in the state store "
-                f"({store.url('plans', self.plan_id, 'results')}): is state_root shared with the Spark driver?"
+                f"({store.url('plans', str(self.plan_id), 'results')}): is state_root shared with the Spark driver?"
             )
-        summary = _summary(self.plan_id, group_id, self.group_label, res)
+        summary = _summary(str(self.plan_id), group_id, self.group_label, res)
+        self._lineage_tables = list(summary["tables"])
         self.log.info(
             "group %d: %d chunks, %d rows in %.1fs (%.0f rows/s), HW %s",
             group_id, summary["chunks"], summary["rows"], summary["seconds"], summary["rows_per_s"],
             summary["max_hw"],
         )
         return summary
-
-    def on_kill(self) -> None:
-        if self._hook is not None:
-            self._hook.on_kill()
 
 
 def _summary(plan_id: str, group_id: int, label: str, res: Any) -> dict[str, Any]:

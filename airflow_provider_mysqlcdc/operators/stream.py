@@ -9,9 +9,10 @@ from typing import Any
 from airflow.sdk import BaseOperator, TriggerRule
 
 from airflow_provider_mysqlcdc.core.config import STREAM_MODES
+from airflow_provider_mysqlcdc.operators._spark import MySqlCdcSparkSubmitOperator, job_path
 
 
-class MySqlCdcStreamOperator(BaseOperator):
+class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
     """Aggregate the snapshot's high watermarks and launch the pipeline's long-lived binlog stream.
 
     It takes the mapped snapshot tasks' XCom summaries (``snapshot.output``) and the plan id
@@ -24,13 +25,15 @@ class MySqlCdcStreamOperator(BaseOperator):
     * ``stream_mode="detached"`` (default): the Spark job runs on after the task; the task returns
       a handle (run id, pid, host, driver log) once the stream reports running. Watch it with
       ``MySqlCdcStreamSensor``, stop it with ``MySqlCdcStopStreamOperator`` or ``mysqlcdc stop``.
-    * ``stream_mode="attached"``: the task is the stream; it ends when the stream stops, and an
-      Airflow retry restarts it from its checkpoint. ``on_kill`` stops it gracefully.
+    * ``stream_mode="attached"``: the task is the stream (the parent's submit); it ends when the
+      stream stops, and an Airflow retry restarts it from its checkpoint. ``on_kill`` stops it
+      gracefully, then the parent's ``on_kill`` makes sure spark-submit is gone.
 
-    With ``startup_mode="snapshot-only"`` the manifest is recorded and no stream is started. If the
-    stream already runs and nothing was added, it is left alone (re-triggering the DAG is safe).
-    The default trigger rule is ``none_failed``: a run that snapshots nothing (zero mapped tasks)
-    still (re)starts the stream.
+    The pipeline's config comes from the plan, not from arguments: with the plan's ``startup_mode``
+    ``snapshot-only`` the manifest is recorded and no stream is started; ``sink_root`` defaults to
+    the plan's. If the stream already runs and nothing was added, it is left alone (re-triggering
+    the DAG is safe). The default trigger rule is ``none_failed``: a run that snapshots nothing
+    (zero mapped tasks) still (re)starts the stream.
 
     The stream maintains its Delta tables between batches every ``maintenance_interval_seconds``
     (default 600; 0 = never): compaction, checkpoint, and vacuum of files unreferenced for
@@ -40,39 +43,26 @@ class MySqlCdcStreamOperator(BaseOperator):
     A transaction of any size is applied in bounded memory (README "Large transactions"):
     ``driver_memory`` sizes the stream driver's JVM, ``apply_memory_mb`` (default 512) what its
     Python may use to fold one table's changes of a micro-batch before it spills to local disk.
+
+    :param snapshot_summaries: the mapped snapshot tasks' XComs (``snapshot.output``)
+    :param stream_mode: ``detached`` or ``attached`` (see above)
+    :param trigger_seconds: the stream's micro-batch trigger interval
+    :param readers: binlog decoders reading in parallel
+    :param max_bytes_per_trigger: binlog bytes one micro-batch may take
+    :param start_timeout: seconds a detached stream has to report running
+    :param stop_timeout: seconds to wait for a running stream to stop gracefully
+    :param kwargs: the CDC arguments of :class:`MySqlCdcSparkSubmitOperator` and every argument of
+        ``SparkSubmitOperator``
     """
 
-    template_fields: Sequence[str] = (
-        "pipeline_id",
-        "sink_root",
-        "state_root",
-        "plan_id",
-        "snapshot_summaries",
-        "stream_mode",
-        "startup_mode",
-        "conf",
-        "application",
-    )
-    template_fields_renderers = {"conf": "json"}
+    template_fields: Sequence[str] = (*MySqlCdcSparkSubmitOperator.template_fields, "snapshot_summaries", "stream_mode")
     ui_color = "#e6f5e6"
 
     def __init__(
         self,
         *,
-        pipeline_id: str,
-        sink_root: str,
-        state_root: str,
-        plan_id: str | None = None,
         snapshot_summaries: Any = None,
         stream_mode: str = "detached",
-        startup_mode: str = "initial",
-        mysql_cdc_conn_id: str = "mysql_cdc_default",
-        spark_conn_id: str = "spark_default",
-        conf: dict[str, Any] | None = None,
-        jars: str | None = None,
-        application: str | None = None,
-        driver_memory: str | None = None,
-        executor_memory: str | None = None,
         trigger_seconds: float = 1.0,
         readers: int | None = None,
         max_bytes_per_trigger: int | None = None,
@@ -81,25 +71,12 @@ class MySqlCdcStreamOperator(BaseOperator):
         vacuum_retention_hours: float | None = None,
         start_timeout: float = 300.0,
         stop_timeout: float = 300.0,
-        verbose: bool = False,
-        trigger_rule: str = TriggerRule.NONE_FAILED,
         **kwargs: Any,
     ) -> None:
-        super().__init__(trigger_rule=trigger_rule, **kwargs)
-        self.pipeline_id = pipeline_id
-        self.sink_root = sink_root
-        self.state_root = state_root
-        self.plan_id = plan_id
+        kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
+        super().__init__(**kwargs)
         self.snapshot_summaries = snapshot_summaries
         self.stream_mode = stream_mode
-        self.startup_mode = startup_mode
-        self.mysql_cdc_conn_id = mysql_cdc_conn_id
-        self.spark_conn_id = spark_conn_id
-        self.conf = conf
-        self.jars = jars
-        self.application = application
-        self.driver_memory = driver_memory
-        self.executor_memory = executor_memory
         self.trigger_seconds = trigger_seconds
         self.readers = readers
         self.max_bytes_per_trigger = max_bytes_per_trigger
@@ -108,9 +85,44 @@ class MySqlCdcStreamOperator(BaseOperator):
         self.vacuum_retention_hours = vacuum_retention_hours
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.verbose = verbose
-        self._hook: Any = None
         self._store: Any = None
+
+    def stream_args(self, run_id: str) -> list[str]:
+        """The stream job's arguments (``jobs/stream.py``)."""
+        args = [
+            "--state-root", str(self.state_root),
+            "--pipeline-id", str(self.pipeline_id),
+            "--sink-root", str(self.sink_root),
+            "--run-id", run_id,
+            "--trigger-seconds", str(self.trigger_seconds),
+        ]  # fmt: skip
+        if self.readers:
+            args += ["--readers", str(int(self.readers))]
+        if self.max_bytes_per_trigger:
+            args += ["--max-bytes-per-trigger", str(int(self.max_bytes_per_trigger))]
+        if self.apply_memory_mb:
+            args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
+        if self.maintenance_interval_seconds is not None:
+            args += ["--maintenance-interval", str(float(self.maintenance_interval_seconds))]
+        if self.vacuum_retention_hours is not None:
+            args += ["--vacuum-retention-hours", str(float(self.vacuum_retention_hours))]
+        return args
+
+    def _pipeline_config(self, store: Any, plan_id: str) -> str:
+        """The plan's pipeline config decides; returns its ``startup_mode``. ``sink_root``, when
+        given too, must be the plan's: a second copy must not point the stream at another lake."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        pipeline = store.read_plan(plan_id).get("pipeline") or {}
+        planned = pipeline.get("sink_root")
+        if self.sink_root and planned and str(self.sink_root).rstrip("/") != str(planned).rstrip("/"):
+            raise AirflowFailException(
+                f"sink_root {self.sink_root!r} is not the plan's {planned!r}: leave sink_root out, the plan has it"
+            )
+        self.sink_root = self.sink_root or planned
+        if not self.sink_root:
+            raise AirflowFailException(f"plan {plan_id} names no sink_root: pass sink_root")
+        return str(pipeline.get("startup_mode", "initial"))
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -118,7 +130,6 @@ class MySqlCdcStreamOperator(BaseOperator):
         from airflow_provider_mysqlcdc.core.manifest import ManifestError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
-        from airflow_provider_mysqlcdc.operators._spark import build_hook, job_path
         from airflow_provider_mysqlcdc.pipeline import PLAN_POINTER, PipelineStateError, finalize_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
@@ -129,7 +140,6 @@ class MySqlCdcStreamOperator(BaseOperator):
             request_stop,
             stream_state,
         )
-        from airflow_provider_mysqlcdc.stream.launcher import StreamLaunchError, launch_detached, wait_until_running
 
         if self.stream_mode not in STREAM_MODES:
             raise AirflowFailException(f"stream_mode {self.stream_mode!r} is not one of {list(STREAM_MODES)}")
@@ -137,6 +147,7 @@ class MySqlCdcStreamOperator(BaseOperator):
         plan_id = self.plan_id or (store.read_json(PLAN_POINTER) or {}).get("plan_id")
         if not plan_id or str(plan_id) == "None":
             raise AirflowFailException("no plan id: pass plan_id=plan.output['plan_id'] from MySqlCdcPlanOperator")
+        startup_mode = self._pipeline_config(store, str(plan_id))
         summaries = None
         if self.snapshot_summaries is not None:
             summaries = [s for s in _materialize(self.snapshot_summaries) if s]
@@ -145,7 +156,7 @@ class MySqlCdcStreamOperator(BaseOperator):
                 len(summaries), sum(s["chunks"] for s in summaries), sum(s["rows"] for s in summaries),
             )
         try:
-            sink = DeltaSink(self.sink_root, owner=self.pipeline_id)
+            sink = DeltaSink(str(self.sink_root), owner=self.pipeline_id)
             outcome = finalize_run(store, sink, str(plan_id), summaries, self.stop_timeout)
         except (ManifestError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
@@ -153,7 +164,8 @@ class MySqlCdcStreamOperator(BaseOperator):
         result: dict[str, Any] = {"pipeline_id": self.pipeline_id, "plan": outcome.to_dict(), "launched": False}
         if manifest is None:
             raise AirflowFailException("the pipeline captures no table yet: nothing to stream")
-        if self.startup_mode == "snapshot-only":
+        self._lineage_tables = sorted(manifest.tables)
+        if startup_mode == "snapshot-only":
             self.log.info("startup_mode snapshot-only: manifest recorded, no stream started")
             return result
 
@@ -173,9 +185,8 @@ class MySqlCdcStreamOperator(BaseOperator):
 
         ckpt = checkpoint_offset(store)
         start = ckpt or manifest.start_offset
-        hook = MySqlCdcHook(self.mysql_cdc_conn_id)
         try:
-            hook.ensure_offset_available(start)
+            MySqlCdcHook(self.mysql_cdc_conn_id).ensure_offset_available(start)
         except BinlogUnavailableError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
@@ -186,72 +197,61 @@ class MySqlCdcStreamOperator(BaseOperator):
             ),
         )
         run_id = uuid.uuid4().hex[:12]
-        args = [
-            "--state-root", self.state_root,
-            "--pipeline-id", self.pipeline_id,
-            "--sink-root", self.sink_root,
-            "--run-id", run_id,
-            "--trigger-seconds", str(self.trigger_seconds),
-        ]
-        if self.readers:
-            args += ["--readers", str(int(self.readers))]
-        if self.max_bytes_per_trigger:
-            args += ["--max-bytes-per-trigger", str(int(self.max_bytes_per_trigger))]
-        if self.apply_memory_mb:
-            args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
-        if self.maintenance_interval_seconds is not None:
-            args += ["--maintenance-interval", str(float(self.maintenance_interval_seconds))]
-        if self.vacuum_retention_hours is not None:
-            args += ["--vacuum-retention-hours", str(float(self.vacuum_retention_hours))]
-        self._hook = build_hook(
-            conn_id=self.spark_conn_id,
-            settings=hook.settings,
-            name=f"mysqlcdc-stream-{self.pipeline_id}",
-            application_args=args,
-            conf=self.conf,
-            jars=self.jars,
-            driver_memory=self.driver_memory,
-            executor_memory=self.executor_memory,
-            verbose=self.verbose,
-        )
+        self.application = self.application or job_path("stream")
+        self.application_args = self.stream_args(run_id)
+        self.name = self.name or f"mysqlcdc-stream-{self.pipeline_id}"
         store.delete(STOP_REQUEST)
-        app = self.application or job_path("stream")
         result.update({"run_id": run_id, "start_offset": start.to_dict(), "from_checkpoint": ckpt is not None})
         if self.stream_mode == "attached":
             self.log.info("attached: this task runs the stream until it is stopped")
-            self._hook.submit(app)
+            super().execute(context)
             run = store.read_json(RUN) or {}
             if run.get("run_id") == run_id and run.get("state") == "failed":
                 raise AirflowException(f"the stream failed: {run.get('error')}")
             return {
                 **result, "launched": True, "final_state": run.get("state"), "committed": run.get("committed_offset")
             }
+        return {**result, **self._launch_detached(store, run_id)}
 
-        import os
+    def _launch_detached(self, store: Any, run_id: str) -> dict[str, Any]:
+        """Submit the stream detached and wait until it reports running; its handle."""
+        from airflow.sdk.exceptions import AirflowException
 
-        cmd = self._hook._build_spark_submit_command(app)
-        env = {**os.environ, **(self._hook._env or {})}
-        handle = launch_detached(store, cmd, env, run_id, {"master": self._hook._connection["master"]})
+        from airflow_provider_mysqlcdc.stream.launcher import (
+            StreamLaunchError,
+            log_path_for,
+            record_detached,
+            wait_until_running,
+        )
+
+        log_path = log_path_for(store, run_id)
+        hook = self._hook = self._get_hook(detach_log=log_path)
+        hook.submit(self.application)
+        assert hook.process is not None
+        handle = record_detached(store, hook.process, run_id, log_path, {"master": hook.master})
         proc = handle.pop("_proc")
         try:
-            run = wait_until_running(store, run_id, proc, handle["log_path"], self.start_timeout)
+            run = wait_until_running(store, run_id, proc, log_path, self.start_timeout)
         except StreamLaunchError as exc:
             raise AirflowException(str(exc)) from None
         self.log.info("the stream runs: run %s, driver pid %s on %s; log %s", run_id, run["pid"], run["host"],
-                      handle["log_path"])
-        return {**result, **handle, "launched": True, "running": True, "driver_pid": run["pid"]}
+                      log_path)  # fmt: skip
+        return {**handle, "launched": True, "running": True, "driver_pid": run["pid"]}
 
     def on_kill(self) -> None:
-        """Attached mode: stop the stream after its running batch, then make sure spark-submit is gone."""
+        """Attached mode: stop the stream after its running batch, then the parent makes sure spark-submit
+        is gone. A detached stream outlives its task by design: left running."""
         from airflow_provider_mysqlcdc.stream.control import request_stop
 
-        if self.stream_mode == "attached" and self._store is not None:
+        if self.stream_mode != "attached":
+            return
+        if self._store is not None:
             try:
                 request_stop(self._store, timeout=min(self.stop_timeout, 120.0))
             except Exception as exc:
                 self.log.warning("graceful stop failed (%s): killing spark-submit", exc)
-        if self._hook is not None and self.stream_mode == "attached":
-            self._hook.on_kill()
+        if self._hook is not None:
+            super().on_kill()
 
 
 def _materialize(values: Any) -> list[Any]:

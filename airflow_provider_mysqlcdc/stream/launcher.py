@@ -60,17 +60,25 @@ def launch_detached(
             start_new_session=True,
             close_fds=True,
         )
+    return record_detached(store, proc, run_id, path, extra)
+
+
+def record_detached(
+    store: StateStore, proc: subprocess.Popen, run_id: str, log_path: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Record the handle of a detached stream started by ``proc`` (``stream/handle.json``) and return
+    it, with the process under ``_proc`` for :func:`wait_until_running`."""
     handle = {
         "run_id": run_id,
         "mode": "detached",
         "launcher_pid": proc.pid,
         "host": socket.gethostname(),
-        "log_path": path,
+        "log_path": log_path,
         "started_at": time.time(),
         **(extra or {}),
     }
     store.write_json(HANDLE, handle)
-    log.info("launched the stream (run %s, spark-submit pid %d); driver log: %s", run_id, proc.pid, path)
+    log.info("launched the stream (run %s, spark-submit pid %d); driver log: %s", run_id, proc.pid, log_path)
     return {**handle, "_proc": proc}
 
 

@@ -1,0 +1,182 @@
+"""``MySqlCdcSparkSubmitHook``: the Spark provider's ``SparkSubmitHook`` set up for this provider's jobs.
+
+Like the Spark provider's ``SparkJDBCHook``, it subclasses ``SparkSubmitHook`` and adds only what
+its own jobs need; every spark-submit option (master and deploy mode from the ``spark`` connection,
+conf, jars, packages, memory and cores, kerberos, proxy user, env_vars, status polling, ``on_kill``)
+stays the parent's. The ``spark`` connection decides where jobs run (``local[*]``, ``spark://``,
+YARN, Kubernetes), so a DAG moves from a laptop to a cluster by changing a connection, not code.
+What it adds:
+
+* the source connection as JSON in ``MYSQLCDC_SOURCE``: an environment variable, never an argument
+  (arguments show in ``ps`` and in Airflow's log of the command line);
+* the MariaDB/MySQL JDBC driver jar (``jars``; Debian's ``libmariadb-java`` by default);
+* for local masters, the driver's and workers' Python = the Python running Airflow, which has this
+  provider, pyarrow and deltalake installed (otherwise Spark picks a bare ``python3``);
+* ``spark-submit`` found next to this Python when it is not on ``PATH`` (pip installs it there);
+* a detached submit for the long-lived stream (see :meth:`MySqlCdcSparkSubmitHook.submit`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+
+DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+SOURCE_ENV = "MYSQLCDC_SOURCE"
+
+
+class SparkSetupError(AirflowFailException):
+    """The Spark side is not set up; the message says what to create or install. Fails the task
+    without retries: retrying cannot create a connection or install a jar."""
+
+
+def spark_master(conn_id: str) -> str:
+    """The master URL of the ``spark`` connection, read before the hook exists: local masters get
+    other defaults. Unlike the parent hook, which falls back to ``yarn``, a missing connection fails
+    with the fix, since a CDC job sent to a YARN that is not there only times out."""
+    from airflow.sdk import BaseHook
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception as exc:
+        raise SparkSetupError(
+            f"Spark connection {conn_id!r} is not defined: create it (type Spark, host local[*], spark://host:7077, "
+            "yarn or k8s://...), e.g. AIRFLOW_CONN_SPARK_DEFAULT='{\"conn_type\": \"spark\", \"host\": \"local[*]\"}' "
+            f"({type(exc).__name__})"
+        ) from None
+    host = conn.host or ""
+    if conn.conn_type == "spark" and ("://" in host or not conn.port):
+        return host
+    return f"{conn.conn_type}://{host}" + (f":{conn.port}" if conn.port else "")
+
+
+def ensure_spark_submit_on_path() -> None:
+    """pip installs ``spark-submit`` next to the Python, which a service's ``PATH`` often lacks."""
+    if shutil.which("spark-submit"):
+        return
+    here = Path(sys.executable).parent
+    if (here / "spark-submit").exists():
+        os.environ["PATH"] = f"{here}{os.pathsep}{os.environ.get('PATH', '')}"
+        return
+    raise SparkSetupError(
+        "spark-submit is not on PATH: install pyspark into Airflow's Python (pip install pyspark) or add your "
+        "Spark distribution's bin/ to PATH on the Airflow workers"
+    )
+
+
+def job_conf(conf: dict[str, Any] | None, master: str) -> dict[str, Any]:
+    """The user's Spark conf plus this provider's defaults (the user's values win)."""
+    out = dict(conf or {})
+    out.setdefault("spark.log.level", "WARN")  # Spark's INFO lines every trigger would bury the job's own log
+    # A driver OutOfMemoryError can leave a streaming query hung with no error: exit the JVM
+    # instead, so the job fails, its run record says so and a retry or `status` sees it.
+    java_opts = str(out.get("spark.driver.extraJavaOptions", ""))
+    if "OutOfMemoryError" not in java_opts:
+        out["spark.driver.extraJavaOptions"] = f"{java_opts} -XX:+ExitOnOutOfMemoryError".strip()
+    if master.startswith("local"):
+        out.setdefault("spark.sql.session.timeZone", "UTC")
+    return out
+
+
+def job_env(source: ConnectionSettings, env_vars: dict[str, Any] | None, master: str) -> dict[str, Any]:
+    """The job's environment: the source connection, the user's env_vars, local Python defaults."""
+    env: dict[str, Any] = {SOURCE_ENV: json.dumps(source.to_dict()), **(env_vars or {})}
+    if master.startswith("local"):
+        for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+            env.setdefault(var, os.environ.get(var, sys.executable))
+    return env
+
+
+def job_jars(jars: str | None, master: str) -> str | None:
+    """``None`` means the default JDBC driver; ``""`` means none (it is on the cluster's classpath)."""
+    if jars is None:
+        if not Path(DEFAULT_JDBC_JAR).exists() and master.startswith("local"):
+            raise SparkSetupError(
+                f"the JDBC driver {DEFAULT_JDBC_JAR} is missing: apt-get install libmariadb-java (or pass jars= the "
+                "path of MariaDB Connector/J, or MySQL Connector/J for Oracle MySQL)"
+            )
+        return DEFAULT_JDBC_JAR
+    return jars or None
+
+
+class MySqlCdcSparkSubmitHook(SparkSubmitHook):
+    """``SparkSubmitHook`` for a job of this provider (see the module doc).
+
+    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``); the job receives it in
+        the environment, never on the command line
+    :param detach_log: submit detached, with spark-submit's output going to this file (see
+        :meth:`submit`); ``None`` (default) submits like the parent, waiting for the job
+    :param kwargs: every other argument of ``SparkSubmitHook``; ``conf``, ``env_vars`` and ``jars``
+        get this provider's defaults added
+    """
+
+    def __init__(
+        self,
+        *,
+        mysql_cdc_conn_id: str = "mysql_cdc_default",
+        detach_log: str | None = None,
+        conn_id: str = "spark_default",
+        conf: dict[str, Any] | None = None,
+        jars: str | None = None,
+        env_vars: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+
+        self.master = spark_master(conn_id)
+        ensure_spark_submit_on_path()
+        self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self.source = MySqlCdcHook(mysql_cdc_conn_id).settings
+        self.detach_log = detach_log
+        super().__init__(
+            conf=job_conf(conf, self.master),
+            conn_id=conn_id,
+            jars=job_jars(jars, self.master),
+            env_vars=job_env(self.source, env_vars, self.master),
+            **kwargs,
+        )
+
+    def spark_submit_command(self, application: str) -> list[str]:
+        """The spark-submit command line :meth:`submit` runs, built by the parent hook."""
+        return self._build_spark_submit_command(application)
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        """Submit like the parent, or, with ``detach_log``, start spark-submit and return at once.
+
+        The parent's ``submit`` reads spark-submit's output until it exits. A detached stream must
+        outlive the task that starts it, and in ``local[*]`` or client mode spark-submit *is* the
+        driver; so it is started in its own session (no controlling task, stdin closed) with its
+        output in ``detach_log``. The process is :attr:`process`; the parent's ``on_kill`` still
+        kills it while the task runs.
+        """
+        if self.detach_log is None:
+            return super().submit(application, **kwargs)
+        cmd = self.spark_submit_command(application)
+        env = {**os.environ, **{k: str(v) for k, v in (self._env or {}).items()}}  # as the parent's submit
+        with open(self.detach_log, "ab") as logf:
+            self._submit_sp = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
+        return None
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The spark-submit process of the last :meth:`submit`, once started."""
+        return self._submit_sp

@@ -1,0 +1,113 @@
+"""MySqlCdcSparkSubmitHook: the spark-submit command it builds and the detached submit, without Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_mysqlcdc.hooks.spark_submit import (
+    DEFAULT_JDBC_JAR,
+    SOURCE_ENV,
+    MySqlCdcSparkSubmitHook,
+    SparkSetupError,
+    job_env,
+)
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from tests.support import fake_spark
+
+
+@pytest.fixture(autouse=True)
+def _conns(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake_spark.install(tmp_path, monkeypatch)
+    fake_spark.connections(monkeypatch)
+
+
+def _opts(cmd: list[str], flag: str) -> list[str]:
+    return [cmd[i + 1] for i, a in enumerate(cmd) if a == flag]
+
+
+def test_local_master_gets_the_providers_defaults() -> None:
+    hook = MySqlCdcSparkSubmitHook(jars="/opt/jdbc.jar", name="job", application_args=["--x", "1"])
+    cmd = hook.spark_submit_command("/app/job.py")
+    assert cmd[:3] == ["spark-submit", "--master", "local[2]"]
+    assert _opts(cmd, "--conf") == [
+        "spark.log.level=WARN",
+        "spark.driver.extraJavaOptions=-XX:+ExitOnOutOfMemoryError",
+        "spark.sql.session.timeZone=UTC",
+    ]
+    assert _opts(cmd, "--jars") == ["/opt/jdbc.jar"] and _opts(cmd, "--name") == ["job"]
+    assert cmd[-3:] == ["/app/job.py", "--x", "1"]
+    assert "s3cret-pw" not in " ".join(cmd)  # the source travels in the environment only
+    assert hook.master == "local[2]" and hook.source.host == "db.example" and hook.source.port == 3307
+
+
+def test_the_users_conf_wins_and_java_options_are_kept() -> None:
+    hook = MySqlCdcSparkSubmitHook(
+        jars="", conf={"spark.log.level": "INFO", "spark.driver.extraJavaOptions": "-Dx=1"}
+    )
+    cmd = hook.spark_submit_command("app.py")
+    confs = _opts(cmd, "--conf")
+    assert "spark.log.level=INFO" in confs and "spark.log.level=WARN" not in confs
+    assert "spark.driver.extraJavaOptions=-Dx=1 -XX:+ExitOnOutOfMemoryError" in confs
+    assert "--jars" not in cmd  # jars="" = the driver is on the cluster's classpath
+
+
+def test_every_spark_submit_option_is_the_parents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster: deploy mode from the connection, kerberos, proxy user, packages, sizes passed through."""
+    fake_spark.connections(
+        monkeypatch,
+        spark=json.dumps({"conn_type": "spark", "host": "spark://master", "port": 7077,
+                          "extra": {"deploy-mode": "client", "queue": "etl"}}),
+    )
+    hook = MySqlCdcSparkSubmitHook(
+        principal="cdc@EXAMPLE", keytab="/k/cdc.keytab", proxy_user="etl", packages="io.delta:delta-spark_2.13:4.0.0",
+        num_executors=3, executor_cores=2, executor_memory="2g", driver_memory="3g", verbose=True,
+        env_vars={"TZ": "UTC"},
+    )
+    cmd = hook.spark_submit_command("app.py")
+    assert _opts(cmd, "--master") == ["spark://master:7077"] and _opts(cmd, "--deploy-mode") == ["client"]
+    assert _opts(cmd, "--principal") == ["cdc@EXAMPLE"] and _opts(cmd, "--keytab") == ["/k/cdc.keytab"]
+    assert _opts(cmd, "--proxy-user") == ["etl"] and _opts(cmd, "--packages") == ["io.delta:delta-spark_2.13:4.0.0"]
+    assert _opts(cmd, "--num-executors") == ["3"] and _opts(cmd, "--executor-cores") == ["2"]
+    assert _opts(cmd, "--executor-memory") == ["2g"] and _opts(cmd, "--driver-memory") == ["3g"]
+    assert "--verbose" in cmd and _opts(cmd, "--queue") == ["etl"]
+    assert _opts(cmd, "--jars") == [DEFAULT_JDBC_JAR]  # not checked on this host: the cluster has it
+    assert "spark.sql.session.timeZone=UTC" not in _opts(cmd, "--conf")  # local-only default
+
+
+def test_a_missing_spark_connection_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    with pytest.raises(SparkSetupError, match="AIRFLOW_CONN_SPARK_DEFAULT"):
+        MySqlCdcSparkSubmitHook()
+
+
+def test_the_job_environment_carries_the_source_and_local_python() -> None:
+    source = ConnectionSettings(host="h", port=3306, user="u", password="pw")
+    env = job_env(source, {"EXTRA": "1"}, "local[*]")
+    assert ConnectionSettings.from_dict(json.loads(env[SOURCE_ENV])) == source
+    assert env["EXTRA"] == "1" and env["PYSPARK_PYTHON"] == os.environ.get("PYSPARK_PYTHON", sys.executable)
+    assert "PYSPARK_PYTHON" not in job_env(source, None, "yarn")
+
+
+def test_detached_submit_returns_at_once_in_its_own_session(tmp_path: Path) -> None:
+    log = tmp_path / "driver.log"
+    hook = MySqlCdcSparkSubmitHook(jars="", application_args=["--a"], detach_log=str(log))
+    assert hook.submit("app.py") is None
+    proc = hook.process
+    assert proc is not None and proc.wait(timeout=30) == 0
+    out = log.read_text()
+    assert json.loads(fake_spark.printed(out, "ARGS"))[-2:] == ["app.py", "--a"]
+    assert json.loads(fake_spark.printed(out, "SOURCE"))["password"] == "s3cret-pw"
+    assert int(fake_spark.printed(out, "SID")) == proc.pid != os.getsid(0)  # outlives the task's session
+
+
+def test_attached_submit_is_the_parents(tmp_path: Path) -> None:
+    hook = MySqlCdcSparkSubmitHook(jars="")
+    t0 = time.monotonic()
+    hook.submit("app.py")  # waits for spark-submit and checks its exit code
+    assert hook.process is not None and hook.process.returncode == 0 and time.monotonic() - t0 < 30
