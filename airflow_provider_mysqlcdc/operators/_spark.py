@@ -9,6 +9,7 @@ swaps in :class:`~airflow_provider_mysqlcdc.hooks.spark_submit.MySqlCdcSparkSubm
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
     :param sink_root: where the Delta tables are (``<sink_root>/<db>/<table>``)
     :param plan_id: the plan this task carries out (``MySqlCdcPlanOperator``'s)
     :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param spark_conn_id: deprecated name of ``conn_id``
     :param kwargs: every argument of ``SparkSubmitOperator`` (``conn_id`` is the Spark connection)
     """
 
@@ -57,8 +59,16 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
         sink_root: str | None = None,
         plan_id: str | None = None,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
+        spark_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        if spark_conn_id is not None:  # the name before the operators became SparkSubmitOperators
+            warnings.warn(
+                "spark_conn_id is deprecated: pass the Spark connection as conn_id (SparkSubmitOperator's name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kwargs.setdefault("conn_id", spark_conn_id)
         kwargs.setdefault("name", "")  # "" = named after the pipeline at run time (the parent's default names nothing)
         super().__init__(**kwargs)
         self.pipeline_id = pipeline_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -11,14 +12,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_holds_only_the_provider_package(tmp_path: Path) -> None:
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path)]
+    # build from a copy: a build without isolation leaves build/ and egg-info next to the sources
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "__pycache__"))
+    out = tmp_path / "wheel"
+    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out)]
     subprocess.run(
-        [*build, str(REPO)],
+        [*build, str(src)],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    (wheel,) = tmp_path.glob("*.whl")
+    (wheel,) = out.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     modules = [n for n in names if n.endswith(".py")]
     assert modules, names

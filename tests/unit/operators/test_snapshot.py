@@ -128,3 +128,10 @@ def test_openlineage_facets(store: StateStore, monkeypatch: pytest.MonkeyPatch) 
     lineage = op.get_openlineage_facets_on_complete(None)
     assert [(d.namespace, d.name) for d in lineage.inputs] == [("mysql://db.example:3307", TABLE)]
     assert [(d.namespace, d.name) for d in lineage.outputs] == [("s3://lake", "cdc/shop/orders")]
+
+
+def test_spark_conn_id_is_a_deprecated_name_of_conn_id(store: StateStore) -> None:
+    with pytest.warns(DeprecationWarning, match="conn_id"):
+        op = _op(store, spark_conn_id="spark_cluster")
+    assert op._conn_id == "spark_cluster"
+    assert _op(store, conn_id="spark_other")._conn_id == "spark_other"
