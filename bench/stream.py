@@ -80,9 +80,9 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
-from airflow_provider_mysqlcdc.stream import job as stream_job
+from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.control import STATUS
 from airflow_provider_mysqlcdc.stream.job import (
-    STATUS,
     StreamOptions,
     progress_end_offset,
     start_stream,
@@ -242,7 +242,7 @@ class Timings:
         self.lock = threading.Lock()
         self.meter = meter
         self._merge = threading.local()
-        orig_apply = stream_job.BatchApplier.apply_arrow
+        orig_apply = BatchApplier.apply_arrow
         orig_changes = DeltaSink.apply_changes
         timings = self
 
@@ -279,7 +279,7 @@ class Timings:
             finally:
                 timings._merge.seconds = getattr(timings._merge, "seconds", 0.0) + time.monotonic() - t
 
-        stream_job.BatchApplier.apply_arrow = apply_arrow  # type: ignore[method-assign]
+        BatchApplier.apply_arrow = apply_arrow  # type: ignore[method-assign]
         DeltaSink.apply_changes = apply_changes  # type: ignore[method-assign]
 
     def of(self, name: str) -> list[dict[str, Any]]:
@@ -454,7 +454,7 @@ def breakdown(
     del blobs, blocks, folded
 
     # 4. the real apply_arrow (with the MERGE) on a fresh copy of the sink
-    applier = stream_job.BatchApplier(store, sink, manifest)
+    applier = BatchApplier(store, sink, manifest)
     c0 = time.thread_time()
     t0 = time.monotonic()
     applier.apply_arrow(data, 0, t0)
@@ -626,7 +626,8 @@ def main() -> int:
     args = p.parse_args()
     rows = args.rows or args.events
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
-    for noisy in ("airflow_provider_mysqlcdc.sinks.delta", "airflow_provider_mysqlcdc.stream.job", "py4j"):
+    for noisy in ("airflow_provider_mysqlcdc.sinks.delta_merge", "airflow_provider_mysqlcdc.stream.applier",
+                  "airflow_provider_mysqlcdc.stream.job", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     load_start = os.getloadavg()
     t_begin = time.monotonic()

@@ -1,4 +1,4 @@
-"""Row changes decoded from the binlog, and folding them into the last change per key.
+"""Row changes decoded from the binlog, one :class:`RowChange` per changed row.
 
 A :class:`RowChange` is one row of one rows event. Two positions travel with it, for two different
 jobs:
@@ -8,16 +8,19 @@ jobs:
   returned just before the transaction was written, so comparing it with a high watermark answers
   "was this committed after the HW snapshot?" (``tx_offset >= HW``) with no off-by-one: a
   transaction that ends exactly at HW starts before it and is excluded, the next one starts at or
-  after it and is included (``docs/architecture.md``, "The handoff").
+  after it and is included (docs/architecture.md, "The handoff").
 * ``event_pos`` + ``row_index`` — where the row itself sits, so that changes can be put back in
   binlog order after being decoded in parallel (``order_key`` is a total order).
+
+Folding changes to the last change per key is not done on these objects: the readers turn them
+into Arrow change blocks, folded by :func:`~airflow_provider_mysqlcdc.core.change_block.fold_block`.
 
 This module is pure: no I/O, no Airflow, importable by Spark workers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -72,52 +75,3 @@ class RowChange:
             raise KeyError(
                 f"key column {exc.args[0]!r} is not in the row image of {self.table} (columns: {sorted(img)})"
             ) from None
-
-
-def last_change_per_key(
-    changes: Iterable[RowChange],
-    key_columns: Sequence[str],
-    normalize: Callable[[tuple[Any, ...]], Hashable] | None = None,
-) -> dict[Hashable, RowChange]:
-    """Fold changes (in binlog order) into the final change of every key they touched.
-
-    The value for a key is the change that decides its final state: if its ``after`` is None the
-    key ends deleted, otherwise ``after`` is the key's final row. An update that changes the key is
-    a delete of the old key plus an upsert of the new one (the old key maps to a synthesized ``d``
-    change carrying the update's before image), so a row that moves out of a chunk disappears from
-    it and a row that moves in appears — the window merge of ``docs/architecture.md``, "The watermark
-    bracket".
-
-    ``normalize`` maps a key tuple to the dict key. Pass the database's own key order (e.g. a
-    collation-aware sort key) when keys are strings under a case- or pad-insensitive collation:
-    there ``'a'`` and ``'A '`` are the same row, and folding them as different keys would apply a
-    delete and an insert of one row in the wrong order. Default: the raw tuple.
-    """
-    norm: Callable[[tuple[Any, ...]], Hashable] = normalize if normalize is not None else _identity
-    cols = tuple(key_columns)
-    out: dict[Hashable, RowChange] = {}
-    for ch in changes:
-        if ch.op == UPDATE:
-            old = norm(ch.key(cols, "before"))
-            new = norm(ch.key(cols, "after"))
-            if old != new:
-                out[old] = RowChange(
-                    DELETE, ch.table, ch.before, None, ch.tx_offset, ch.event_pos, ch.row_index, ch.commit_ts
-                )
-            out.pop(new, None)  # keep insertion order = order of the last change
-            out[new] = ch
-        elif ch.op == CREATE:
-            k = norm(ch.key(cols, "after"))
-            out.pop(k, None)
-            out[k] = ch
-        elif ch.op == DELETE:
-            k = norm(ch.key(cols, "before"))
-            out.pop(k, None)
-            out[k] = ch
-        else:
-            raise ValueError(f"unknown row change op {ch.op!r} (expected 'c', 'u' or 'd')")
-    return out
-
-
-def _identity(key: tuple[Any, ...]) -> Hashable:
-    return key

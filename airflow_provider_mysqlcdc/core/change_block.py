@@ -2,12 +2,15 @@
 
 Why blocks: the stream's tasks decode the binlog in parallel, but the driver applies every batch
 alone (Structured Streaming runs ``foreachBatch`` one batch at a time). When each change travelled
-as a row with JSON-encoded images, the driver spent ~40 µs per change decoding JSON and folding
-dicts in Python — 45 % of the wall time of a bulk batch, with the other core idle
-(bench/RESULTS.md "Streaming"). A block instead carries up to a few thousand changes of ONE table
-with their images already in the table's canonical Arrow types (``cdc.types.arrow_schema``), built
-in the task; it crosses Spark as one binary value (Arrow IPC) and the driver folds whole blocks
-with Arrow kernels, so its cost per change is a few microseconds.
+as a row with JSON-encoded images, decoding JSON and folding dicts in Python on the driver was a
+large share of a bulk batch's wall time, with the other core idle (bench/RESULTS.md "Streaming").
+A block instead carries up to a few thousand changes of ONE table with their images already in the
+table's canonical Arrow types (``core.types.arrow_schema``), built in the task; it crosses Spark as
+one binary value (Arrow IPC) and the driver folds whole blocks with Arrow kernels.
+
+:func:`fold_block` is the package's one "last change per key" fold: the stream folds a batch with
+it, and :class:`~airflow_provider_mysqlcdc.spill.bucketed_fold.BucketedFold` calls it per hash
+bucket for batches and snapshot binlog windows too large to fold at once.
 
 A block's columns::
 
@@ -161,11 +164,11 @@ def decode_blocks(blobs: Iterable[bytes]) -> pa.Table | None:
 def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa.Table]:
     """Fold a table's changes (a decoded block table) into ``(upserts, delete_keys)``.
 
-    The same rules as :func:`cdc.batch.fold_changes` (which stays the readable reference and is
-    checked against this one by tests/unit/test_change_block.py): the last change per key wins, an
-    update that changes the key deletes the old key and upserts the new one, keys are compared by
-    exact value. Vectorised: every change becomes one or two key events ``(key, seq, delete?)``;
-    the events are sorted by key then ``seq`` and the last of each run of equal keys survives.
+    The last change per key wins, an update that changes the key deletes the old key and upserts
+    the new one, keys are compared by exact value (the readable reference,
+    ``tests/support/reference_fold.py``, is checked against this by tests/unit/test_change_block.py).
+    Vectorised: every change becomes one or two key events ``(key, seq, delete?)``; the events are
+    sorted by key then ``seq`` and the last of each run of equal keys survives.
 
     ``upserts`` has the columns of the ``after`` struct (the table's Arrow schema); ``delete_keys``
     the primary-key columns, typed like the table's. Each key is in exactly one of them.

@@ -2,9 +2,10 @@
 
 Why not delta-rs' MERGE: it takes its source as one in-memory table (a batch of a million updated
 rows is gigabytes) and commits on every call, so a batch split into pieces would show readers half a
-transaction. Here the batch arrives as the buckets of :class:`~cdc.bucketed_fold.BucketedFold` and
-is applied as a copy-on-write rewrite that is the same as the MERGE of
-:meth:`DeltaSink.apply_changes` (matched keys deleted or replaced, new keys inserted):
+transaction. Here the batch arrives as the buckets of
+:class:`~airflow_provider_mysqlcdc.spill.bucketed_fold.BucketedFold` and is applied as a
+copy-on-write rewrite that is the same as the MERGE of :meth:`DeltaSink.apply_changes` (matched
+keys deleted or replaced, new keys inserted):
 
 1. each bucket's upserts are written as new data files of the table (sorted by key, with key
    statistics), and its changed keys — every upsert's and delete's key — are kept, in memory or
@@ -41,7 +42,8 @@ import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, conform_upserts
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, conform_upserts
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 
@@ -51,7 +53,6 @@ STREAM_DIR = "stream"
 #: Rows per data file written for upserts and rewrites (delta-rs' own default target is ~100 MB).
 FILE_ROWS = 1_000_000
 READ_BATCH_ROWS = 65_536
-_COMMIT_ATTEMPTS = 20
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -239,7 +240,7 @@ def apply_folded_changes(
     if not keys.count:
         return RewriteResult(applied=False, seconds=time.monotonic() - t0)
 
-    for attempt in range(_COMMIT_ATTEMPTS):
+    for attempt in range(COMMIT_ATTEMPTS):
         if attempt:
             dt = sink.open(table)
             sink.check_owner(table, dt)
@@ -285,7 +286,7 @@ def apply_folded_changes(
         result.seconds = time.monotonic() - t0
         return result
     raise RuntimeError(
-        f"could not apply batch {app_id}/{version} to {table}: {_COMMIT_ATTEMPTS} attempts conflicted with "
+        f"could not apply batch {app_id}/{version} to {table}: {COMMIT_ATTEMPTS} attempts conflicted with "
         "concurrent commits; is another job writing this table?"
     )
 

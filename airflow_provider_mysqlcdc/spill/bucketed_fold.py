@@ -1,12 +1,13 @@
 """Fold a table's changes in bounded memory: hash buckets of keys, spilled to scratch files.
 
 Why: one transaction can change millions of rows, and a micro-batch (or a snapshot group's binlog
-window) always holds whole transactions. :func:`cdc.change_block.fold_block` needs every change of
-the batch in memory at once; this splits the changes by a hash of their key first, so each bucket
-is folded alone and only one bucket is in memory at a time. Every change of a key lands in that
-key's bucket — an update that moves a row to another key lands in both its old key's bucket (where
-it deletes) and its new key's (where it upserts) — so folding the buckets one by one gives exactly
-what folding everything at once gives (tests/unit/test_bucketed_fold.py checks it).
+window) always holds whole transactions. The package's one fold,
+:func:`~airflow_provider_mysqlcdc.core.change_block.fold_block`, needs every change it folds in
+memory at once; this splits the changes by a hash of their key first and calls it on each bucket
+alone, so only one bucket is in memory at a time. Every change of a key lands in that key's bucket
+— an update that moves a row to another key lands in both its old key's bucket (where it deletes)
+and its new key's (where it upserts) — so folding the buckets one by one gives exactly what folding
+everything at once gives (tests/unit/test_bucketed_fold.py checks it).
 
 The scratch files are Arrow IPC files in a private local directory (the caller's), deleted with
 it; with one bucket nothing is written and the fold is the in-memory one.

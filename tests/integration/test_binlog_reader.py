@@ -2,7 +2,7 @@
 
 The positions the reader derives are checked against the server's own ``SHOW BINLOG EVENTS``, and
 the range semantics against ``SHOW MASTER STATUS`` values taken around commits: a transaction that
-starts before ``end`` is read, one that starts at ``end`` is not (DESIGN §3 "Stream handoff").
+starts before ``end`` is read, one that starts at ``end`` is not (docs/architecture.md, "The handoff").
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.change import RowChange, last_change_per_key
+from airflow_provider_mysqlcdc.core.change import RowChange
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader, BinlogReadError
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, current_offset
 from tests.support.mariadb import MariaDBServer
+from tests.support.reference_fold import last_change_per_key
 
 pytestmark = pytest.mark.integration
 

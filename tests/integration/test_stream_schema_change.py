@@ -24,7 +24,8 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder, stream_state, wait_until_applied
-from airflow_provider_mysqlcdc.stream.job import StreamOptions, StreamSchemaError, run_stream
+from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
+from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError
 from tests.support.verify import compare
 
 

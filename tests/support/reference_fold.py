@@ -1,29 +1,32 @@
-"""Folding one stream micro-batch of one table into the upserts and deletes a sink applies.
+"""Reference folds: the last change per key, written plainly, to check the package's one fold.
+
+The package folds with Arrow kernels (:func:`airflow_provider_mysqlcdc.core.change_block.fold_block`,
+for the stream and the snapshot's binlog window alike); the folds here are independent of it, so
+tests can compare the two (tests/unit/test_change_block.py) and read the final state of a reader's
+changes (:func:`last_change_per_key`).
 
 A micro-batch holds the changes of one table in binlog order. A sink applies it as one MERGE
-(docs/architecture.md, "The sink"), and a MERGE needs at most one source row per key: two source rows for one key
-either make the MERGE fail (both match) or insert the key twice (neither matches). So the batch is
-folded first: every key it touches ends as exactly one upsert (its last after-image) or one delete.
+(docs/architecture.md, "The sink"), and a MERGE needs at most one source row per key: two source
+rows for one key either make the MERGE fail (both match) or insert the key twice (neither matches).
+So the batch is folded first: every key it touches ends as exactly one upsert (its last
+after-image) or one delete.
 
 Keys are compared by **exact value** (binary identity: ``'a' != 'A' != 'a '``), not by the source
-collation. That is right here, unlike in the snapshot window merge (``changes.last_change_per_key``
-with a collation-aware ``normalize``): in the stream every before-image carries the key exactly as
-the row is stored, which is exactly what the sink holds (the snapshot wrote the stored value, and
-every later upsert wrote the stored after-image). So an ``'a'`` deleted and an ``'A'`` inserted under
-a case-insensitive collation are two sink rows — delete one, upsert the other — and the order of
-the two operations inside the MERGE does not matter because they touch different rows.
-
-Pure logic: no I/O, no Airflow; Spark workers import it.
+collation: in the stream every before-image carries the key exactly as the row is stored, which is
+exactly what the sink holds (the snapshot wrote the stored value, and every later upsert wrote the
+stored after-image). So an ``'a'`` deleted and an ``'A'`` inserted under a case-insensitive
+collation are two sink rows — delete one, upsert the other — and the order of the two operations
+inside the MERGE does not matter because they touch different rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.core.change import CREATE, DELETE, UPDATE
+from airflow_provider_mysqlcdc.core.change import CREATE, DELETE, UPDATE, RowChange
 
 #: ``(op, before, after)``: ``op`` is ``"c"`` (insert, ``before`` None), ``"u"`` (update, both
 #: images) or ``"d"`` (delete, ``after`` None) — the images of :class:`~.changes.RowChange`.
@@ -103,4 +106,55 @@ def keys_to_arrow(keys: Sequence[Key], primary_key: Sequence[str], schema: pa.Sc
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-__all__ = ["Change", "Key", "fold_changes", "keys_to_arrow"]
+def last_change_per_key(
+    changes: Iterable[RowChange],
+    key_columns: Sequence[str],
+    normalize: Callable[[tuple[Any, ...]], Hashable] | None = None,
+) -> dict[Hashable, RowChange]:
+    """Fold :class:`RowChange` objects (in binlog order) into the final change of every key they touched.
+
+    A second reference form (tests read a reader's changes with it): on the objects the binlog
+    readers yield, with an optional key normalisation the package's fold does not have.
+
+    The value for a key is the change that decides its final state: if its ``after`` is None the
+    key ends deleted, otherwise ``after`` is the key's final row. An update that changes the key is
+    a delete of the old key plus an upsert of the new one (the old key maps to a synthesized ``d``
+    change carrying the update's before image), so a row that moves out of a chunk disappears from
+    it and a row that moves in appears (docs/architecture.md, "The watermark bracket").
+
+    ``normalize`` maps a key tuple to the dict key. Pass the database's own key order (e.g. a
+    collation-aware sort key) when keys are strings under a case- or pad-insensitive collation:
+    there ``'a'`` and ``'A '`` are the same row, and folding them as different keys would apply a
+    delete and an insert of one row in the wrong order. Default: the raw tuple.
+    """
+    norm: Callable[[tuple[Any, ...]], Hashable] = normalize if normalize is not None else _identity
+    cols = tuple(key_columns)
+    out: dict[Hashable, RowChange] = {}
+    for ch in changes:
+        if ch.op == UPDATE:
+            old = norm(ch.key(cols, "before"))
+            new = norm(ch.key(cols, "after"))
+            if old != new:
+                out[old] = RowChange(
+                    DELETE, ch.table, ch.before, None, ch.tx_offset, ch.event_pos, ch.row_index, ch.commit_ts
+                )
+            out.pop(new, None)  # keep insertion order = order of the last change
+            out[new] = ch
+        elif ch.op == CREATE:
+            k = norm(ch.key(cols, "after"))
+            out.pop(k, None)
+            out[k] = ch
+        elif ch.op == DELETE:
+            k = norm(ch.key(cols, "before"))
+            out.pop(k, None)
+            out[k] = ch
+        else:
+            raise ValueError(f"unknown row change op {ch.op!r} (expected 'c', 'u' or 'd')")
+    return out
+
+
+def _identity(key: tuple[Any, ...]) -> Hashable:
+    return key
+
+
+__all__ = ["Change", "Key", "fold_changes", "keys_to_arrow", "last_change_per_key"]

@@ -32,7 +32,8 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
-from airflow_provider_mysqlcdc.stream.job import BatchApplier, StreamOptions
+from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.job import StreamOptions
 from tests.support.mariadb import MariaDBServer
 from tests.support.verify import compare
 

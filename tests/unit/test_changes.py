@@ -1,5 +1,4 @@
-"""RowChange ordering and the last-change-per-key fold used by the snapshot window merge
-(docs/architecture.md, "The watermark bracket")."""
+"""RowChange ordering, and the reference fold over RowChange objects (tests/support/reference_fold.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.change import RowChange, last_change_per_key
+from airflow_provider_mysqlcdc.core.change import RowChange
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from tests.support.reference_fold import last_change_per_key
 
 TX = BinlogOffset("mysql-bin.000001", 100)
 _pos = iter(range(1000, 10**9, 100))

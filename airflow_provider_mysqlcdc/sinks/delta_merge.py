@@ -1,0 +1,239 @@
+"""Apply one folded stream micro-batch to a Delta table as one MERGE commit, at most once.
+
+Why a MERGE tagged with a Delta transaction identifier ``(app_id, version)``: Spark logs a batch's
+offsets before running it and marks it committed after, so a crash in between replays the same
+batch id; the identifier lets this module recognise the replay and skip it for every table that
+already committed it — exactly once without a distributed transaction (docs/architecture.md,
+"The sink"). A batch too large for an in-memory MERGE source goes through
+:mod:`~airflow_provider_mysqlcdc.sinks.delta_rewrite` instead, with the same semantics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import CommitProperties, Transaction
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+
+log = logging.getLogger(__name__)
+
+#: Marks the delete rows of a MERGE source; a table may not have a column of this name.
+DELETE_FLAG = "__mysqlcdc_delete__"
+#: Commits retried on a concurrent writer's conflict before giving up.
+COMMIT_ATTEMPTS = 20
+#: False: delta-rs materialises the (small) MERGE source and derives an early pruning predicate
+#: from its key ranges, so target files whose key min/max statistics lie outside the batch's range
+#: are neither read nor rewritten; the default streamed execution reads every file (bench/RESULTS.md,
+#: "Delta MERGE"). Explicit ``t.k BETWEEN lo AND hi`` bounds in the predicate gained nothing on top
+#: and would need SQL literals for every key type, so there are none.
+MERGE_STREAMED_EXEC = False
+
+
+def delta_arrow_schema(dt: DeltaTable) -> pa.Schema:
+    """The table's current schema as Arrow (what every write must conform to)."""
+    return pa.schema(dt.schema().to_arrow())
+
+
+def merge_changes(
+    sink: DeltaSink,
+    table: str,
+    upserts: pa.Table,
+    deletes: pa.Table,
+    primary_key: Sequence[str],
+    app_id: str,
+    version: int,
+    *,
+    before_merge: Callable[[], None] | None = None,
+) -> bool:
+    """Apply one folded micro-batch of ``table`` as one MERGE commit, at most once per batch id.
+
+    ``upserts`` are full rows (every column of the Delta table; extra columns mean the schema
+    changed: call :meth:`DeltaSink.evolve_schema` first); ``deletes`` hold the primary-key columns of the
+    keys to delete. Together they must name each key at most once — what
+    :func:`~airflow_provider_mysqlcdc.core.change_block.fold_block` returns — because two source
+    rows for one key would insert it twice. Matched keys are deleted or updated (all columns),
+    unmatched upserts are inserted; the join is on every primary-key column.
+
+    The commit carries the Delta transaction identifier ``(app_id, version)``. If the table
+    already records ``version`` or a later one for ``app_id``, nothing happens and the result
+    is False: this is what makes a replay safe when the stream crashed after the Delta commit
+    but before its own checkpoint (and what keeps an older batch from overwriting newer rows).
+    Versions are per table, so each table can be at a different batch id.
+
+    Returns True when this call recorded ``version`` (one MERGE commit, or an empty commit
+    that only records the batch id when the MERGE changed nothing — delta-rs writes no commit
+    for a no-op MERGE, and an unrecorded batch id would make a replay re-run it against a
+    table that may have moved on). An empty batch (no upserts, no deletes) makes no commit and
+    returns False. A conflicting concurrent commit is retried on a fresh snapshot: delta-rs
+    rejects the MERGE when another writer (a snapshot group) committed, after the MERGE read
+    the table, files whose key statistics overlap the batch's key range; files outside the
+    range do not conflict and the MERGE commits on top of them.
+
+    Cost: copy-on-write. The MERGE prunes files by the key min/max statistics (the snapshot
+    commit writes them for key columns; delta-rs writes them for its own files) and rewrites
+    every file that holds a matched key. delta-rs writes the rewritten rows as few large files
+    (``delta.targetFileSize``), so after one batch spread over all keys a table can collapse
+    into one file that every later batch rewrites; a smaller ``delta.targetFileSize`` keeps
+    batches proportional to what they touch (bench/RESULTS.md, "Delta MERGE").
+
+    ``before_merge`` runs after the table was read and before the MERGE commits: a seam for
+    tests that interleave another writer deterministically. Not for production use.
+    """
+    if not primary_key:
+        raise ValueError(f"apply_changes({table}): primary_key is empty; a MERGE needs the key columns")
+    if not app_id:
+        raise ValueError(f"apply_changes({table}): app_id is empty; the batch id needs an application id")
+    if version < 0:
+        raise ValueError(f"apply_changes({table}): batch version {version} is negative")
+    if upserts.num_rows == 0 and deletes.num_rows == 0:
+        log.debug("%s: batch %s/%s is empty; nothing to commit", table, app_id, version)
+        return False
+    pk = list(primary_key)
+    rerun = False  # True once this call recorded the batch id itself and must re-check the result
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = sink.open(table)
+        sink.check_owner(table, dt)
+        done = dt.transaction_version(app_id)
+        if not rerun and done is not None and done >= version:
+            log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+            return False
+        source = _merge_source(table, delta_arrow_schema(dt), upserts, deletes, pk)
+        read_version = dt.version()
+        commit = CommitProperties(
+            app_transactions=[Transaction(app_id, version)],
+            custom_metadata={"mysqlcdc": json.dumps({
+                "app_id": app_id, "version": version, "upserts": upserts.num_rows, "deletes": deletes.num_rows,
+            })},
+        )  # fmt: skip
+        if before_merge is not None:
+            before_merge()
+        started = time.perf_counter()
+        try:
+            metrics = (
+                dt.merge(
+                    source,
+                    predicate=_merge_predicate(pk),
+                    source_alias="s",
+                    target_alias="t",
+                    streamed_exec=MERGE_STREAMED_EXEC,
+                    commit_properties=commit,
+                )
+                .when_matched_delete(predicate=f"s.{DELETE_FLAG} = true")
+                .when_matched_update_all(predicate=f"s.{DELETE_FLAG} = false", except_cols=[DELETE_FLAG])
+                .when_not_matched_insert_all(predicate=f"s.{DELETE_FLAG} = false", except_cols=[DELETE_FLAG])
+                .execute()
+            )
+        except CommitFailedError as exc:
+            log.info("%s: MERGE of batch %s/%s conflicted with a concurrent commit (%s); retrying",
+                     table, app_id, version, str(exc).splitlines()[0])  # fmt: skip
+            time.sleep(min(0.05 * (attempt + 1), 1.0))
+            continue
+        log.info(
+            "%s: batch %s/%s merged in %.3fs (%d upserts, %d deletes; files added %s, removed %s, rows copied %s)",
+            table, app_id, version, time.perf_counter() - started, upserts.num_rows, deletes.num_rows,
+            metrics.get("num_target_files_added"), metrics.get("num_target_files_removed"),
+            metrics.get("num_target_rows_copied"),
+        )
+        if dt.version() > read_version or rerun:
+            return True
+        # A no-op MERGE (e.g. only deletes of absent keys) commits nothing: record the batch id
+        # with an empty commit. If another writer committed after our read, the no-op verdict
+        # may be stale, so run the MERGE once more on the newer snapshot.
+        try:
+            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
+        except CommitFailedError:
+            time.sleep(min(0.05 * (attempt + 1), 1.0))
+            continue
+        if sink.open(table).version() == read_version + 1:
+            return True
+        rerun = True
+    raise RuntimeError(
+        f"could not apply batch {app_id}/{version} to {table}: {COMMIT_ATTEMPTS} attempts conflicted with "
+        "concurrent commits; is another job writing this table?"
+    )
+
+
+def conform_upserts(table: str, target: pa.Schema, upserts: pa.Table) -> pa.Table:
+    """``upserts`` as full rows of the Delta table: its columns, in its order, cast to its types.
+
+    Safe casts (an overflow raises), so a batch may carry the narrower types of the source before a
+    widening; columns the table lacks fail, so a schema change the caller has not applied with
+    ``evolve_schema`` is never silently dropped.
+    """
+    extra = [c for c in upserts.column_names if c not in target.names]
+    if extra:
+        raise ValueError(
+            f"{table}: upserts carry columns {extra} that its Delta table lacks; apply the source's schema "
+            "change with DeltaSink.evolve_schema before applying rows of the new schema"
+        )
+    if not upserts.num_rows:
+        return target.empty_table()
+    absent = [f.name for f in target if f.name not in upserts.column_names]
+    if absent:
+        raise ValueError(f"{table}: upserts lack columns {absent}; upserts must be full rows (binlog_row_image=FULL)")
+    return pa.Table.from_arrays([upserts.column(f.name).cast(f.type) for f in target], schema=target)
+
+
+def _merge_source(
+    table: str, target: pa.Schema, upserts: pa.Table, deletes: pa.Table, primary_key: list[str]
+) -> pa.Table:
+    """One MERGE source: upsert rows and delete keys, cast to the table's types, plus a delete flag.
+
+    Casting here (safe casts: an overflow raises) means the batch may carry the narrower types of
+    the source before a widening; failing on unknown columns means a schema change the caller has
+    not applied with ``evolve_schema`` is never silently dropped.
+    """
+    if DELETE_FLAG in target.names:
+        raise ValueError(f"{table} has a column named {DELETE_FLAG}, which the sink reserves")
+    missing_pk = [c for c in primary_key if c not in target.names]
+    if missing_pk:
+        raise ValueError(f"{table}: primary key columns {missing_pk} are not columns of its Delta table")
+    upserts = conform_upserts(table, target, upserts)
+    absent_keys = [c for c in primary_key if c not in deletes.column_names]
+    if deletes.num_rows and absent_keys:
+        raise ValueError(f"{table}: deletes lack primary key columns {absent_keys}")
+
+    pk = set(primary_key)
+    up_cols = [upserts.column(f.name) if upserts.num_rows else pa.nulls(0, f.type) for f in target]
+    del_cols = [
+        deletes.column(f.name).cast(f.type) if f.name in pk and deletes.num_rows else pa.nulls(deletes.num_rows, f.type)
+        for f in target
+    ]
+    schema = pa.schema([*(pa.field(f.name, f.type, nullable=True) for f in target), (DELETE_FLAG, pa.bool_())])
+    source = pa.concat_tables([
+        pa.Table.from_arrays([*up_cols, pa.array([False] * upserts.num_rows, pa.bool_())], schema=schema),
+        pa.Table.from_arrays([*del_cols, pa.array([True] * deletes.num_rows, pa.bool_())], schema=schema),
+    ])
+    keys = list(zip(*(source.column(c).to_pylist() for c in primary_key), strict=True))
+    if len(set(keys)) != len(keys):
+        seen: set[tuple[Any, ...]] = set()
+        dup = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(
+            f"{table}: key {dup} occurs more than once among the batch's upserts and deletes; fold the batch "
+            "first (core.change_block.fold_block) — a MERGE would insert such a key twice"
+        )
+    return source
+
+
+def _merge_predicate(primary_key: list[str]) -> str:
+    """Join on every key column (no null-safe compare needed: key columns are NOT NULL at the source)."""
+    return " AND ".join(f"t.{_ident(c)} = s.{_ident(c)}" for c in primary_key)
+
+
+def _ident(name: str) -> str:
+    """A column reference for delta-rs SQL predicates (backticks, which delta-rs documents)."""
+    if "`" in name:
+        raise ValueError(f"column name {name!r} contains a backtick, which delta-rs predicates cannot quote")
+    return f"`{name}`"
+
+
+__all__ = ["COMMIT_ATTEMPTS", "DELETE_FLAG", "conform_upserts", "delta_arrow_schema", "merge_changes"]

@@ -1,0 +1,261 @@
+"""Apply one micro-batch of the stream to the Delta tables: the ``foreachBatch`` body.
+
+Why a class of its own: the query loop (``stream/job.py``) only starts, stops and restarts the
+query; everything a batch does — decode its change blocks, fold each table's changes to the last
+change per key, apply them as one commit per table tagged ``(app_id, batch_id)``, report progress
+and status, maintain the tables between batches — happens here, in the driver's Python. A table's
+changes too large to fold in memory take the bounded path: a bucketed fold spilled to local
+scratch space and a copy-on-write rewrite in one commit (docs/architecture.md, "Large
+transactions").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
+from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_maintenance import maintain_table
+from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
+from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
+from airflow_provider_mysqlcdc.stream.control import STATUS
+from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
+from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.stream.job import StreamOptions
+
+log = logging.getLogger(__name__)
+
+
+class BatchApplier:
+    """``foreachBatch`` body: decode, fold per table, MERGE into Delta idempotently, report status.
+
+    A table's changes of one batch are applied in memory (fold + one delta-rs MERGE) when they are
+    small, and in bounded memory (bucketed fold + copy-on-write rewrite, one commit) when a task
+    staged them or they would need more than ``apply_memory_mb`` to fold: a transaction of any size
+    applies without the driver holding it.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        sink: DeltaSink,
+        manifest: Manifest,
+        options: StreamOptions | None = None,
+        staging: str | None = None,
+    ):
+        self.store = store
+        self.sink = sink
+        self.manifest = manifest
+        if options is None:  # stream.job imports this module, so its default is fetched here
+            from airflow_provider_mysqlcdc.stream.job import StreamOptions
+
+            options = StreamOptions()
+        self.options = options
+        self.staging = staging
+        self.schemas = manifest.schemas()
+        self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
+        self.pks = {t: list(e.merge_key) for t, e in manifest.tables.items()}
+        self.schema_positions = {t: e.schema_position for t, e in manifest.tables.items() if e.schema_position}
+        self.app_id = manifest.app_id(store.pipeline_id)
+        self.batches = 0
+        # what the status file says between batches; a large batch's progress is written on top of it
+        last = store.read_json(STATUS) or {}
+        self.last_status: dict[str, Any] = {k: v for k, v in last.items() if k != "current_batch"}
+        self._maintained_at = time.monotonic()  # the first round comes one interval after the start
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        t0 = time.monotonic()
+        with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
+            data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
+            self.apply_arrow(data, batch_id, t0, progress)
+        self.maintain_if_due()
+
+    def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:
+        """Compact, checkpoint and vacuum the stream's tables every ``maintenance.interval_seconds``.
+
+        Runs between two batches, so the stream itself never writes a table meanwhile. A failure is
+        logged and recorded in the status, never fatal: the next round tries again.
+        """
+        policy = self.options.maintenance
+        now = time.monotonic()
+        if not force and (not policy.interval_seconds or now - self._maintained_at < policy.interval_seconds):
+            return None
+        self._maintained_at = now
+        pointer = self.store.read_json("current_plan.json") or {}
+        orphans = bool(pointer.get("finalized", True))  # no snapshot staging in flight: orphans may go
+        done: dict[str, Any] = {}
+        for t in sorted(self.schemas):
+            try:
+                if self.sink.exists(t):
+                    done[t] = maintain_table(self.sink, t, policy, orphans=orphans).to_dict()
+            except Exception as exc:  # never fatal: disk use only grows until the next round
+                log.warning("maintenance of %s failed (the next round tries again): %s", t, exc)
+                done[t] = {"error": str(exc)[:500]}
+        summary = {"at": time.time(), "tables": done}
+        self.last_status = {**self.last_status, "maintenance": summary}
+        self.store.write_json(STATUS, self.last_status)
+        return summary
+
+    def apply_arrow(
+        self, data: pa.Table, batch_id: int, t0: float | None = None, progress: BatchProgress | None = None
+    ) -> dict[str, int]:
+        """Apply one micro-batch (``mysql_binlog`` output: change blocks) to the Delta tables.
+
+        Per table the blocks are decoded and folded with Arrow kernels
+        (:func:`~airflow_provider_mysqlcdc.core.change_block.fold_block`, the one fold of the package)
+        into upserts and delete keys, then applied as one commit tagged ``(app_id, batch_id)``.
+        """
+        t0 = t0 if t0 is not None else time.monotonic()
+        blobs: dict[str, list[bytes]] = defaultdict(list)
+        staged: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        counts: dict[str, int] = defaultdict(int)
+        last_event: BinlogOffset | None = None
+        last_commit_ts = 0
+        if data.num_rows:
+            stop_before_unfollowed_ddl(self.store, data, batch_id, self.schema_positions)
+            meta = data.select(["tbl", "kind", "rows", "file", "pos", "commit_ts", "info"]).to_pylist()
+            invalid = [r for r in meta if r["kind"] == "invalid" and r["tbl"] in self.arrow]
+            if invalid:
+                r = invalid[0]
+                raise StreamSchemaError(
+                    f"batch {batch_id}: changes of {r['tbl']} up to {r['file']}:{r['pos']} do not fit the table's "
+                    f"schema in the stream manifest ({json.loads(r['info'])['error']}) and the batch holds no DDL "
+                    "that explains it: the table was altered in a way the binlog does not show to the stream. "
+                    f"Re-snapshot it (trigger the DAG with resnapshot_tables=['{r['tbl']}'])"
+                )
+            block_col = data.column("block")
+            for i, r in enumerate(meta):
+                t = r["tbl"]
+                if r["kind"] not in ("rows", "staged") or t not in self.arrow:
+                    continue
+                if r["kind"] == "rows":
+                    blobs[t].append(block_col[i].as_py())
+                else:
+                    staged[t].append(json.loads(r["info"]))
+                counts[t] += int(r["rows"])
+                at = BinlogOffset(r["file"], int(r["pos"]))
+                if last_event is None or at > last_event:
+                    last_event = at
+                last_commit_ts = max(last_commit_ts, int(r["commit_ts"] or 0))
+        if progress is not None:
+            progress.phase("applying", rows_decoded=sum(counts.values()))
+        memory = self.options.apply_memory_mb << 20
+        bounded: dict[str, dict[str, Any]] = {}
+        for t in sorted(set(blobs) | set(staged)):
+            nbytes = sum(len(b) for b in blobs[t]) + sum(int(f["bytes"]) for f in staged[t])
+            if staged[t] or nbytes * FOLD_MEMORY_FACTOR > memory:
+                bounded[t] = self._apply_bounded(t, blobs[t], staged[t], nbytes, batch_id, progress)
+                continue
+            block = decode_blocks(blobs[t])
+            if block is None:
+                continue
+            upserts, delete_keys = fold_block(block, self.pks[t])
+            self.sink.apply_changes(t, upserts.cast(self.arrow[t]), delete_keys, self.pks[t], self.app_id, batch_id)
+        lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
+        status = {
+            "batch_id": batch_id,
+            "rows": sum(counts.values()),
+            "rows_per_table": dict(counts),
+            "last_event": None if last_event is None else {"file": last_event.file, "pos": last_event.pos},
+            "lag_seconds": lag,
+            "updated_at": time.time(),
+            "seconds": round(time.monotonic() - t0, 3),
+        }
+        if bounded:
+            status["bounded_apply"] = bounded
+        if progress is not None and progress.announced:
+            snap = progress.snapshot()
+            status["large_batch"] = {k: v for k, v in snap.items() if k in ("start", "end", "binlog_bytes")}
+        if "maintenance" in self.last_status:
+            status["maintenance"] = self.last_status["maintenance"]
+        self.store.write_json(STATUS, status)
+        self.last_status = status
+        if self.staging:  # the batch's staged blocks and progress files are never read again
+            done = {f["path"].rsplit("/", 2)[-2] for fs in staged.values() for f in fs}
+            if progress is not None and progress.announced and progress.snapshot().get("key"):
+                done.add(progress.snapshot()["key"])
+            for key in done:
+                remove_batch(self.staging, key)
+        lag_text = f"lag {lag}s" if lag is not None else "no changes"
+        log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status["rows"], dict(counts), lag_text, status["seconds"])
+        self.batches += 1
+        return dict(counts)
+
+    def _apply_bounded(
+        self,
+        table: str,
+        blobs: list[bytes],
+        staged: list[dict[str, Any]],
+        nbytes: int,
+        batch_id: int,
+        progress: BatchProgress | None,
+    ) -> dict[str, Any]:
+        """Fold ``table``'s changes in hash buckets on local scratch space and apply them as one commit."""
+        memory = self.options.apply_memory_mb << 20
+        buckets = buckets_for(nbytes, memory)
+        pk = self.pks[table]
+        log.info("batch %d: %s: %.1f MiB of changes (%d staged files): folding in %d bucket(s) within %d MiB",
+                 batch_id, table, nbytes / 2**20, len(staged), buckets, self.options.apply_memory_mb)  # fmt: skip
+        prefix = f"mysqlcdc-{self.store.pipeline_id}-b{batch_id}-"
+        if self.options.scratch_dir:
+            os.makedirs(self.options.scratch_dir, exist_ok=True)
+        workdir = tempfile.mkdtemp(prefix=prefix, dir=self.options.scratch_dir)
+        fold = BucketedFold(pk, buckets, os.path.join(workdir, "fold"))
+        throttle = _Throttle(5.0)
+
+        def report(phase: str, details: dict[str, Any]) -> None:
+            if progress is not None:
+                progress.phase(phase, table=table, **details)
+            if throttle.due():
+                log.info("batch %d: %s: %s %s", batch_id, table, phase, details)
+
+        try:
+            for blob in blobs:
+                fold.add(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
+            for f in staged:
+                for block in read_staged_blocks(f["path"]):
+                    fold.add(block)
+                    report("collecting", {"changes_collected": fold.changes})
+            result = apply_folded_changes(self.sink, table, fold.buckets(), pk, self.app_id, batch_id,
+                                          workdir=os.path.join(workdir, "keys"), memory_bytes=memory,
+                                          progress=report)  # fmt: skip
+        finally:
+            fold.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+        out = {**result.to_dict(), "buckets": buckets, "change_bytes": nbytes, "changes": fold.changes}
+        log.info("batch %d: %s applied in bounded memory: %s", batch_id, table, out)
+        return out
+
+
+class _Throttle:
+    """True at most once every ``seconds``: keeps a long bounded apply's log readable."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._last = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last >= self.seconds:
+            self._last = now
+            return True
+        return False
+
+
+__all__ = ["BatchApplier"]
