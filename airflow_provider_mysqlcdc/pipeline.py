@@ -81,7 +81,7 @@ def new_plan_id(run_id: str | None = None) -> str:
 @dataclass
 class PlanOutcome:
     plan_id: str
-    groups: list[dict[str, Any]]  # small descriptors, one per split group, for task mapping
+    groups: list[dict[str, Any]]  # small descriptors, one per chunk group, for task mapping
     snapshot_tables: list[str]
     offset_tables: list[str]
     resnapshot_tables: list[str]
@@ -257,7 +257,7 @@ def _check_proportions(plan: Any, config: PipelineConfig) -> None:
                 )
     if len(plan.groups) > MAX_MAPPED_GROUPS:
         problems.append(
-            f"{len(plan.groups):,} split groups (one mapped snapshot task each) exceed Airflow's max_map_length "
+            f"{len(plan.groups):,} chunk groups (one mapped snapshot task each) exceed Airflow's max_map_length "
             f"({MAX_MAPPED_GROUPS:,}): raise chunks_per_task to {-(-len(plan.splits) // MAX_MAPPED_GROUPS):,} or more"
         )
     if problems:

@@ -15,7 +15,7 @@ depends on; a session built another way can silently change values:
 * ``-Duser.timezone=UTC`` for the driver and executor JVMs — Spark rebases ``java.sql.Timestamp``
   values a JDBC driver builds for instants before 1900 in the JVM's default zone (on a New York JVM
   DATETIME '1800-01-01' came out 4:56:02 early). The snapshot's own JDBC read no longer builds such
-  values (``cdc.types.jdbc_read`` sends dates and times as integers), so this guards plain JDBC
+  values (``core.projection.jdbc_read`` sends dates and times as integers), so this guards plain JDBC
   reads of the same session. The option only acts when this call starts the JVM (local mode, or
   the app's first session); under spark-submit pass it with ``--conf``.
 """

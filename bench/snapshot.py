@@ -6,7 +6,7 @@ Creates its own private MariaDB and a table shaped like a typical fact table (BI
 VARCHAR(16), DECIMAL(12,2), DATETIME(6), VARCHAR(200) of ~100 chars, TINYINT), then, in one run
 and one Spark session (local[2]):
 
-* snapshot: both split groups, run one after the other (Spark parallelism inside a group), while
+* snapshot: both chunk groups, run one after the other (Spark parallelism inside a group), while
   a writer changes ~200 rows/s of the table: rows/s from the first low watermark to the last Delta
   commit (``snapshot_rows_per_s``, ``ratio_vs_spark_jdbc``); planning the chunks (the Airflow plan
   task) is timed separately and also reported folded in (``ratio_incl_plan_vs_spark_jdbc``);

@@ -2,7 +2,7 @@
 
 ``mysql_cdc`` captures MySQL/MariaDB tables into Delta Lake:
 
-    plan ─▶ snapshot (mapped: one task per split group, one Spark application each)
+    plan ─▶ snapshot (mapped: one task per chunk group, one Spark application each)
          ─▶ stream (builds the manifest from the snapshot's high watermarks, launches the binlog stream)
          ─▶ wait_caught_up (deferrable: until the stream has applied everything up to "now")
 

@@ -1,4 +1,4 @@
-"""spark-submit entry point: snapshot one split group into the sink.
+"""spark-submit entry point: snapshot one chunk group into the sink.
 
 A thin wrapper so the job can be submitted from a checkout; the code lives in the installed
 provider (``airflow_provider_mysqlcdc/jobs/snapshot.py``, which the snapshot operator submits by

@@ -58,7 +58,7 @@ def block_schema(table_schema: pa.Schema, key_columns: Sequence[str], full_befor
 class BlockBuilder:
     """Collects the changes of one table in binlog order and turns them into an Arrow block.
 
-    Images are canonical Python rows (``cdc.types.binlog_row_converter`` / the fast decoder);
+    Images are canonical Python rows (``mysql.binlog_values.binlog_row_converter`` / the fast decoder);
     Arrow converts the lists of dicts column-wise in C++ (a dict key the struct does not name is
     ignored, so a full before image can feed a key-only ``before``).
     """
@@ -166,7 +166,7 @@ def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa
 
     The last change per key wins, an update that changes the key deletes the old key and upserts
     the new one, keys are compared by exact value (the readable reference,
-    ``tests/support/reference_fold.py``, is checked against this by tests/unit/test_change_block.py).
+    ``tests/support/reference_fold.py``, is checked against this by tests/unit/core/test_change_block.py).
     Vectorised: every change becomes one or two key events ``(key, seq, delete?)``; the events are
     sorted by key then ``seq`` and the last of each run of equal keys survives.
 

@@ -1,4 +1,4 @@
-"""Snapshot splits (primary-key chunks), split groups, and locating a key's split.
+"""Snapshot chunks (half-open primary-key ranges), chunk groups, and locating the chunk of a key.
 
 A table's splits are half-open intervals over the chunk key: ``(-inf, e1)``, ``[s, e)``, ...,
 ``[s, +inf)``. Their union covers every possible key exactly once; the unbounded ends catch rows

@@ -1,6 +1,6 @@
 """Hash-partition primary keys into buckets, vectorised and the same for every process and run.
 
-Why: a batch too large to fold in memory is folded bucket by bucket (``cdc/bucketed_fold.py``),
+Why: a batch too large to fold in memory is folded bucket by bucket (``spill/bucketed_fold.py``),
 and every change of a key — its insert, its updates, its delete, the delete-half of an update that
 moved it — must land in the same bucket. Python's ``hash()`` is salted per process and costs a
 Python call per key, and pyarrow has no scalar hash kernel, so the hash is computed here with numpy

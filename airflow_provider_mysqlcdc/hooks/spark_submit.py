@@ -30,6 +30,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.stream.launcher import start_detached
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
 SOURCE_ENV = "MYSQLCDC_SOURCE"
@@ -163,17 +164,7 @@ class MySqlCdcSparkSubmitHook(SparkSubmitHook):
             return super().submit(application, **kwargs)
         cmd = self.spark_submit_command(application)
         env = {**os.environ, **{k: str(v) for k, v in (self._env or {}).items()}}  # as the parent's submit
-        with open(self.detach_log, "ab") as logf:
-            self._submit_sp = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                **kwargs,
-            )
+        self._submit_sp = start_detached(cmd, env, self.detach_log, **kwargs)
         return None
 
     @property

@@ -1,4 +1,4 @@
-"""spark-submit entry point: snapshot one split group (watermark-bracketed) into the Delta sink.
+"""spark-submit entry point: snapshot one chunk group (watermark-bracketed) into the Delta sink.
 
     spark-submit --jars /usr/share/java/mariadb-java-client.jar \
         airflow_provider_mysqlcdc/jobs/snapshot.py --state-root /data/state --pipeline-id shop \

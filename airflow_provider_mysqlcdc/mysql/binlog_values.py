@@ -154,7 +154,7 @@ def _binlog_misdecodes_negative_time() -> bool:
         return True
     raise RuntimeError(
         f"the installed mysql-replication decodes TIME '-00:00:01.10' as {got!r}, neither the known bug "
-        "nor the right value: re-run tests/integration/test_type_fidelity.py and fix cdc/types.py"
+        "nor the right value: re-run tests/integration/test_type_fidelity.py and fix core/types.py"
     )
 
 

@@ -1,4 +1,4 @@
-"""Plan a snapshot: check tables, split each into chunks, pack chunks into split groups."""
+"""Plan a snapshot: check tables, split each into chunks, pack chunks into chunk groups."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def plan_snapshot(
         results.append(split_table(conn, schema, SplitOptions(chunk_size, ck.get(name)), cache))
     splits = [s for r in results for s in r.splits]
     groups = group_splits(splits, chunks_per_group, max_groups)
-    log.info("planned %d chunks of %d table(s) in %d split group(s)", len(splits), len(results), len(groups))
+    log.info("planned %d chunks of %d table(s) in %d chunk group(s)", len(splits), len(results), len(groups))
     return SnapshotPlan(
         tables={str(r.schema.table): r.schema for r in results},
         splits=splits,

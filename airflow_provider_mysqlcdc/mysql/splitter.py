@@ -1,4 +1,4 @@
-"""Split a table into primary-key chunks by querying the source (DESIGN §3 "Chunk splitting").
+"""Split a table into primary-key chunks by querying the source (docs/architecture.md, "Chunk splitting").
 
 The decisions are pure (:mod:`airflow_provider_mysqlcdc.core.chunking`); this module runs the
 queries: min/max, a per-bucket row histogram for the even path, ``ORDER BY key LIMIT n, 1`` for the

@@ -1,4 +1,4 @@
-"""Operators: plan a run, snapshot split groups (mapped), launch and stop the binlog stream."""
+"""Operators: plan a run, snapshot chunk groups (mapped), launch and stop the binlog stream."""
 
 from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
 from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator

@@ -12,7 +12,7 @@ from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, Pipel
 
 
 class MySqlCdcPlanOperator(BaseOperator):
-    """Plan one run of a CDC pipeline; returns one small descriptor per split group, for mapping.
+    """Plan one run of a CDC pipeline; returns one small descriptor per chunk group, for mapping.
 
     The descriptors (``{"pipeline_id", "state_root", "sink_root", "plan_id", "group_id",
     "group_label"}``) feed ``MySqlCdcSnapshotOperator.partial(...).expand_kwargs(plan.output)``: the
@@ -37,7 +37,7 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param state_root: the state store: a local directory, or an fsspec URL shared by all workers
     :param tables: ``<database>.<table>`` names to capture
     :param chunk_size: rows per chunk (the unit of the watermark-bracketed read)
-    :param chunks_per_task: chunks per split group, i.e. per mapped snapshot task / Spark application
+    :param chunks_per_task: chunks per chunk group, i.e. per mapped snapshot task / Spark application
     :param startup_mode: ``initial`` (snapshot + stream), ``snapshot-only``, ``latest-offset`` or
         ``specific-offset`` (new tables start at ``specific_offset`` with no snapshot)
     :param specific_offset: ``{"file": "mysql-bin.000042", "pos": 4}`` for ``specific-offset``

@@ -1,4 +1,4 @@
-"""``MySqlCdcSnapshotOperator``: one split group = one mapped task = one Spark application."""
+"""``MySqlCdcSnapshotOperator``: one chunk group = one mapped task = one Spark application."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ READERS = ("auto", "native", "jdbc")
 
 
 class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
-    """Snapshot one split group with the watermark-bracketed read, through ``spark-submit``.
+    """Snapshot one chunk group with the watermark-bracketed read, through ``spark-submit``.
 
     Map it over the plan's group descriptors, which carry the pipeline's ids and roots::
 
@@ -28,7 +28,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
     Retries are idempotent: a re-run replaces whatever an earlier attempt of the group wrote.
     ``on_kill`` (task cleared or timed out) kills the Spark application (the parent's).
 
-    :param group_id: the split group of the plan to read
+    :param group_id: the chunk group of the plan to read
     :param group_label: how the group shows in the UI (its tables and chunks)
     :param fetch_size: JDBC fetch size of the chunk reads
     :param reader: chunk reader: ``auto`` (default: the native Arrow reader, connectorx, where it

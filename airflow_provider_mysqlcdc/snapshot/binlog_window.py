@@ -1,18 +1,18 @@
-"""Replay a split group's binlog window ``[LW, HW)`` onto its staged chunk files, in bounded memory.
+"""Replay a chunk group's binlog window ``[LW, HW)`` onto its staged chunk files, in bounded memory.
 
 Step 4 of the watermark bracket (``snapshot/group.py``): the rows the group staged were read at
 some point between LW and HW, so every key the window touches may be stale in them. Per table:
 
 1. the window's changes are decoded once (the stream's reader and decoder, key-only before
-   images) into change blocks and folded by key (``cdc/bucketed_fold.py``): the last image of
+   images) into change blocks and folded by key (``spill/bucketed_fold.py``): the last image of
    every touched key, or its deletion. A window holding a huge transaction is folded in hash
    buckets spilled to local scratch files, so memory stays within ``memory_bytes``;
 2. every touched key is stale: a staged row with one of those exact key values is dropped (the
    SELECT saw one of its versions, whatever the collation says about case or trailing spaces) —
-   the changed keys spill too and are matched pass by pass (``cdc/changed_keys.py``);
+   the changed keys spill too and are matched pass by pass (``spill/changed_keys.py``);
 3. each last after-image is placed into its chunk in the database's own key order
-   (:class:`~cdc.split.ChunkLocator`); only chunks of this group take it, the others are other
-   groups' business;
+   (:class:`~airflow_provider_mysqlcdc.core.chunk.ChunkLocator`); only chunks of this group take it, the
+   others are other groups' business;
 4. every chunk with a dropped row or a new image is rewritten, streamed row group by row group.
 
 Every chunk of the group then holds its rows as of HW.

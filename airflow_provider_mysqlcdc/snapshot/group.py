@@ -140,7 +140,7 @@ def run_snapshot_group(
         sink.takeover |= set(raw_plan.get("takeover_tables", []))
     groups = {g.group_id: g for g in plan.groups}
     if group_id not in groups:
-        raise SnapshotError(f"plan {plan_id} has no split group {group_id} (it has {len(groups)} groups)")
+        raise SnapshotError(f"plan {plan_id} has no chunk group {group_id} (it has {len(groups)} groups)")
     group = groups[group_id]
     attempt = uuid.uuid4().hex[:12]
     key = _group_key(plan_id, group_id)

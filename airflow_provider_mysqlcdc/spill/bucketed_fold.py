@@ -7,7 +7,7 @@ memory at once; this splits the changes by a hash of their key first and calls i
 alone, so only one bucket is in memory at a time. Every change of a key lands in that key's bucket
 — an update that moves a row to another key lands in both its old key's bucket (where it deletes)
 and its new key's (where it upserts) — so folding the buckets one by one gives exactly what folding
-everything at once gives (tests/unit/test_bucketed_fold.py checks it).
+everything at once gives (tests/unit/spill/test_bucketed_fold.py checks it).
 
 The scratch files are Arrow IPC files in a private local directory (the caller's), deleted with
 it; with one bucket nothing is written and the fold is the in-memory one.
@@ -55,7 +55,7 @@ class FoldedBucket:
 
 
 class BucketedFold:
-    """Collect change blocks of ONE table (``cdc/change_block.py`` layout), then fold bucket by bucket.
+    """Collect change blocks of ONE table (``core/change_block.py`` layout), then fold bucket by bucket.
 
     ``add`` routes each change to the bucket of its key (and of its old key, for an update that
     moved it) and appends it to that bucket's scratch file; :meth:`buckets` yields each bucket's

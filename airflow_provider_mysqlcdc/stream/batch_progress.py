@@ -1,7 +1,7 @@
 """What a long micro-batch is doing, in the driver's log and in the stream's status.
 
 A micro-batch of one huge transaction can run for minutes: its decoding tasks stage their change
-blocks, then the driver folds and rewrites the table (``cdc/bucketed_fold.py``,
+blocks, then the driver folds and rewrites the table (``spill/bucketed_fold.py``,
 ``sinks/delta_rewrite.py``). Without word from it, a stream in that state looks hung, and when it
 dies nobody knows which batch killed it. :class:`BatchProgress` watches the running batch from a
 thread: a batch still running after a couple of seconds is announced in the log with its offsets

@@ -50,8 +50,13 @@ def launch_detached(
 ) -> dict[str, Any]:
     """Start ``cmd`` (a spark-submit command line) in its own session; record and return its handle."""
     path = log_path_for(store, run_id)
-    with open(path, "ab") as logf:
-        proc = subprocess.Popen(
+    return record_detached(store, start_detached(cmd, env, path), run_id, path, extra)
+
+
+def start_detached(cmd: list[str], env: dict[str, str], log_path: str, **popen_kwargs: Any) -> subprocess.Popen:
+    """Start ``cmd`` in its own session, output appended to ``log_path``: it outlives the caller."""
+    with open(log_path, "ab") as logf:
+        return subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=logf,
@@ -59,8 +64,8 @@ def launch_detached(
             env=env,
             start_new_session=True,
             close_fds=True,
+            **popen_kwargs,
         )
-    return record_detached(store, proc, run_id, path, extra)
 
 
 def record_detached(

@@ -29,7 +29,7 @@ Output schema (:data:`SCHEMA`)::
     pos LONG          position where that transaction starts (what "p >= HW" compares)
     commit_ts LONG    the latest rows-event timestamp in the block, epoch seconds
     info STRING       for 'ddl': JSON {"kind": alter|truncate|drop|rename|replace, "sql": ...}
-                      (see stream/job.py); for 'invalid': JSON {"error": ...}; for 'staged': JSON
+                      (stream/schema_follow.py); for 'invalid': JSON {"error": ...}; for 'staged': JSON
                       {"path", "blocks", "rows", "bytes", ...} (stream/staged_blocks.py); null for
                       'rows'
     block BINARY      for 'rows': the Arrow IPC block (columns op, file, pos, file_num, event_pos,

@@ -6,7 +6,7 @@ at a transaction boundary) and several hundred MB of change blocks — an ``OutO
 repeats on every restart. A task whose output passes ``max_inline_bytes`` therefore writes the
 rest of its blocks to Arrow IPC files under the pipeline's staging directory (in the state store,
 which executors and driver share) and sends Spark one small ``staged`` row per table naming the
-file. The driver folds them in bounded memory (``cdc/bucketed_fold.py``) and deletes them after the
+file. The driver folds them in bounded memory (``spill/bucketed_fold.py``) and deletes them after the
 batch is applied; files of a batch that never finished are removed when the stream starts.
 
 Layout under ``<state_root>/<pipeline>/stream/staged/``::

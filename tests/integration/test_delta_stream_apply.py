@@ -48,7 +48,7 @@ def _col(name: str, ordinal: int, column_type: str, nullable: bool = True, **kw:
 
 
 def _schema(*extra: ColumnInfo, changes: dict[str, ColumnInfo] | None = None, table: str = TABLE) -> TableSchema:
-    """``orders``: the MySQL types the stream carries most (see cdc/types.py for their Arrow types)."""
+    """``orders``: the MySQL types the stream carries most (see core/types.py for their Arrow types)."""
     cols = [
         _col("id", 1, "bigint(20)", nullable=False),
         _col("name", 2, "varchar(10)", charset="utf8mb4", collation="utf8mb4_general_ci", char_max_length=10),

@@ -1,7 +1,7 @@
 """The product's promise: snapshot under a random writer, stream from the min HW, sink == source.
 
 Three tables (BIGINT key, composite (VARCHAR, INT) key, VARCHAR key under a case-insensitive
-collation) of 50,000 rows each are snapshotted in several split groups of >= 10 chunks per table
+collation) of 50,000 rows each are snapshotted in several chunk groups of >= 10 chunks per table
 while a writer runs inserts, updates, deletes and key moves across chunk boundaries at >= 100
 transactions/s; the stream starts from the minimum high watermark; the writer keeps going for a
 while, then stops; once the stream has reached the server's offset, every Delta table must equal

@@ -1,6 +1,6 @@
 """The ``mysql_binlog`` streaming source on a real MariaDB and a real Spark (local[2]).
 
-What is proven here (DESIGN §3 "Stream handoff", "Binlog decoding is the streaming bottleneck", §4):
+What is proven here (docs/architecture.md, "The handoff", "Binlog decoding", "Invariants"):
 
 * the per-chunk, per-image HW filter emits exactly the allowed changes, including a transaction that
   starts exactly at a HW (emitted) and one that ends there (not emitted), and updates that move a

@@ -561,7 +561,7 @@ def _snapshot_with(
     spark: Any, reader: str, settings: ConnectionSettings, table: str, chunk_size: int, workdir: str,
     chunk_key: list[str] | None = None,
 ) -> pa.Table:
-    """Plan ``table`` in chunks and run every split group with ``reader``: what lands in Delta.
+    """Plan ``table`` in chunks and run every chunk group with ``reader``: what lands in Delta.
 
     Each chunk must have staged exactly the rows its key range holds on the server (counted there
     with the same predicate over the plain table)."""

@@ -2,7 +2,7 @@
 
 The package folds with Arrow kernels (:func:`airflow_provider_mysqlcdc.core.change_block.fold_block`,
 for the stream and the snapshot's binlog window alike); the folds here are independent of it, so
-tests can compare the two (tests/unit/test_change_block.py) and read the final state of a reader's
+tests can compare the two (tests/unit/core/test_change_block.py) and read the final state of a reader's
 changes (:func:`last_change_per_key`).
 
 A micro-batch holds the changes of one table in binlog order. A sink applies it as one MERGE

@@ -1,6 +1,6 @@
 """MySqlCdcHook: an Airflow connection (URI or JSON form) becomes the settings the jobs receive.
 
-The TLS modes' every spelling is in ``tests/unit/test_hook_ssl.py``; here the whole path runs:
+The TLS modes' every spelling is in ``tests/unit/hooks/test_mysql_cdc_tls.py``; here the whole path runs:
 environment variable -> Airflow connection -> hook -> ``ConnectionSettings``.
 """
 
