@@ -22,8 +22,8 @@ idempotent, so retries are safe.
 
 State store layout used here (besides ``state.py``'s)::
 
-    current_plan.json        {"plan_id", "tables", "finalized"}: what the last run set out to do
-    plans/<id>/plan.json     the snapshot plan plus the run's decisions (below)
+    current_plan.json        what the last run set out to do (``PlanPointer``, core/plan_record.py)
+    plans/<id>/plan.json     the snapshot plan plus the run's decisions (``PlanRecord``, same module)
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
@@ -41,8 +41,9 @@ from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, Pipeline
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, build_manifest, offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.plan_record import OffsetStart, PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import StagedFile
-from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
+from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError, check_source
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
@@ -61,7 +62,6 @@ from airflow_provider_mysqlcdc.stream.control import (
 
 log = logging.getLogger(__name__)
 
-PLAN_POINTER = "current_plan.json"
 #: Airflow's default ``[core] max_map_length``: a plan with more groups could not be mapped.
 MAX_MAPPED_GROUPS = 1024
 
@@ -146,19 +146,19 @@ def plan_run(
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
     # hand-over only (a re-snapshot is swapped in whole there, while the stream is paused).
     stopped = None
-    record: dict[str, Any] = {"tables": {}, "groups": [], "collations": {}, "methods": {}}
+    record = PlanRecord()
     if snapshot_tables:
         plan = plan_snapshot(
             conn, snapshot_tables, config.chunk_size, config.chunks_per_task, config.chunk_key_columns
         )
         _check_proportions(plan, config)
-        record = plan.to_dict()
+        record = PlanRecord.from_dict(plan.to_dict())
         groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
         chunks = len(plan.splits)
     else:
         groups, chunks = [], 0
 
-    offsets: dict[str, Any] = {}
+    offsets: dict[str, OffsetStart] = {}
     if offset_tables:
         if config.startup_mode == "specific-offset":
             off = config.start_offset()
@@ -179,36 +179,31 @@ def plan_run(
             schema = read_table_schema(conn, TableId.parse(t))
             key = schema.chunk_key(config.chunk_key_columns.get(t))
             collations = load_collations(conn, key, cache)
-            offsets[t] = {
-                "offset": off.to_dict(),
-                "schema": schema.to_dict(),
-                "key_columns": [k.to_dict() for k in key],
-                "collations": {k: v.to_dict() for k, v in collations.items()},
-            }
+            offsets[t] = OffsetStart(
+                off, schema.to_dict(), [k.to_dict() for k in key], {k: v.to_dict() for k, v in collations.items()}
+            )
         log.info("tables %s start at offset %s with no snapshot (%s)", offset_tables, off, config.startup_mode)
 
-    record.update(
-        {
-            "pipeline": config.to_dict(),
-            "plan_id": plan_id,
-            "created_at": time.time(),
-            "snapshot_tables": snapshot_tables,
-            "resnapshot_tables": backfill,
-            "takeover_tables": [t for t in config.takeover_tables if t in snapshot_tables],
-            "airflow_run_id": airflow_run_id,
-            # A table whose Delta table already exists (a backfill, or an earlier run that failed
-            # half-way) is swapped in one commit at the end, never committed group by group.
-            "deferred_commit_tables": [t for t in snapshot_tables if sink_exists(t)],
-            "offset_tables": offsets,
-            "skip_backfill": config.skip_backfill,
-            "finalized": False,
-        }
+    record = replace(
+        record,
+        pipeline=config.to_dict(),
+        plan_id=plan_id,
+        created_at=time.time(),
+        snapshot_tables=snapshot_tables,
+        resnapshot_tables=backfill,
+        takeover_tables=[t for t in config.takeover_tables if t in snapshot_tables],
+        airflow_run_id=airflow_run_id,
+        # A table whose Delta table already exists (a backfill, or an earlier run that failed
+        # half-way) is swapped in one commit at the end, never committed group by group.
+        deferred_commit_tables=[t for t in snapshot_tables if sink_exists(t)],
+        offset_tables=offsets,
+        skip_backfill=config.skip_backfill,
+        finalized=False,
     )
-    store.write_plan(plan_id, record)
-    store.write_json(
-        PLAN_POINTER,
-        {"plan_id": plan_id, "tables": snapshot_tables + offset_tables, "finalized": False, "at": time.time(),
-         "airflow_run_id": airflow_run_id},
+    store.write_plan_record(plan_id, record)
+    store.write_plan_pointer(
+        PlanPointer(plan_id, snapshot_tables + offset_tables, finalized=False, at=time.time(),
+                    airflow_run_id=airflow_run_id)
     )  # fmt: skip
     for n in notes:
         log.warning(n)
@@ -289,21 +284,21 @@ def finalize_run(
     """Turn a finished plan into stream manifest entries; swap re-snapshotted tables in. Idempotent:
     a plan finalized before (a retried stream task) is not merged again — the manifest may have
     moved on since (a followed schema change, a later generation) and must not be rolled back."""
-    record = store.read_plan(plan_id)
-    if record.get("finalized"):
+    record = store.read_plan_record(plan_id)
+    if record.finalized:
         log.info("plan %s was finalized before; the manifest is left as it is", plan_id)
         pending = store.read_json(RELOAD) or {}
         if pending.get("state") == "requested" and (store.read_json(RUN) or {}).get("state") == "paused":
             # finalized, but the run died before it let the paused stream go on
             resume_stream(store, pending["reload_id"], timeout=stop_timeout)
-        return FinalizeOutcome(**record["finalize_outcome"])
+        return FinalizeOutcome(**(record.finalize_outcome or {}))
     # the tables this plan takes over from another pipeline may be swapped in by this sink
     if hasattr(sink, "takeover"):
-        sink.takeover |= set(record.get("takeover_tables", []))
-    groups = record.get("groups", [])
+        sink.takeover |= set(record.takeover_tables)
+    group_ids = record.group_ids
     if summaries is not None:
         seen = {int(s["group_id"]) for s in summaries if s}
-        missing = sorted({int(g["group_id"]) for g in groups} - seen)
+        missing = sorted(set(group_ids) - seen)
         if missing:
             raise PipelineStateError(
                 f"snapshot groups {missing} of plan {plan_id} reported no summary through XCom: they did not "
@@ -312,14 +307,14 @@ def finalize_run(
     old = store.read_manifest()
     new_tables: dict[str, CapturedTable] = {}
     collations: dict[str, Collation] = {}
-    if groups:
-        part = build_manifest(record, store.read_all_results(plan_id))  # names chunks without results
+    if group_ids:
+        part = build_manifest(record.snapshot_plan(), store.read_all_results(plan_id))  # names chunks without results
         new_tables.update(part.tables)
         collations.update(part.collations)
-    for t, o in record.get("offset_tables", {}).items():
-        schema = TableSchema.from_dict(o["schema"])
-        new_tables[t] = offset_table(schema, o["key_columns"], BinlogOffset.from_dict(o["offset"]))
-        collations.update({k: Collation.from_dict(v) for k, v in o.get("collations", {}).items()})
+    for t, o in record.offset_tables.items():
+        schema = o.table_schema()
+        new_tables[t] = offset_table(schema, o.key_columns, o.offset)
+        collations.update(o.collation_objects())
         sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t].merge_key)
 
     paused: dict[str, Any] = {}
@@ -328,11 +323,11 @@ def finalize_run(
         paused = pause_stream(store, timeout=stop_timeout)
     ckpt = checkpoint_offset(store, old)
 
-    for t in record.get("deferred_commit_tables", []):
-        schema = TableSchema.from_dict(record["tables"][t])
+    for t in record.deferred_commit_tables:
+        schema = record.table_schema(t)
         files: list[StagedFile] = []
-        for g in groups:
-            report = store.read_group_report(plan_id, int(g["group_id"]))
+        for g in group_ids:
+            report = store.read_group_report(plan_id, g)
             files += report.staged_files.get(t, []) if report else []
         key = new_tables[t].merge_key if t in new_tables else list(schema.primary_key)
         meta = {"plan_id": plan_id, "re_snapshot": True}
@@ -363,12 +358,10 @@ def finalize_run(
         tables=sorted(manifest.tables) if manifest else [],
         new_generation=new_generation,
     )
-    record["finalized"] = True
-    record["finalize_outcome"] = out.to_dict()
-    store.write_plan(plan_id, record)
-    pointer = store.read_json(PLAN_POINTER) or {}
-    if pointer.get("plan_id") == plan_id:
-        store.write_json(PLAN_POINTER, {**pointer, "finalized": True})
+    store.write_plan_record(plan_id, replace(record, finalized=True, finalize_outcome=out.to_dict()))
+    pointer = store.read_plan_pointer()
+    if pointer is not None and pointer.plan_id == plan_id:
+        store.write_plan_pointer(replace(pointer, finalized=True))
     if paused.get("paused"):
         t0 = time.monotonic()
         resume_stream(store, paused["reload_id"], timeout=stop_timeout)
@@ -399,13 +392,13 @@ def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None
     """One JSON-able picture of the pipeline: stream state, offsets, lag, each table's phase."""
     st = stream_state(store)
     manifest = store.read_manifest()
-    pointer = store.read_json(PLAN_POINTER) or {}
+    pointer = store.read_plan_pointer()
     ckpt = checkpoint_offset(store, manifest)
     tables: dict[str, str] = {}
     for t in manifest.tables if manifest else {}:
         tables[t] = "streaming" if st["running"] else "captured (stream stopped)"
-    if pointer and not pointer.get("finalized"):
-        for t in pointer.get("tables", []):
+    if pointer is not None and not pointer.finalized:
+        for t in pointer.tables:
             tables[t] = "snapshotting"
     committed = st.get("committed_offset") or (None if ckpt is None else ckpt.to_dict())
     behind = None
@@ -425,7 +418,7 @@ def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None
         "last_batch": st["last_batch"],
         # a long micro-batch (a huge transaction): its offsets, binlog bytes, phase, rows decoded so far
         "current_batch": st.get("current_batch"),
-        "current_plan": pointer or None,
+        "current_plan": None if pointer is None else pointer.to_dict(),
         "tables": tables,
         "log_path": st["log_path"],
     }

@@ -29,9 +29,11 @@ from fsspec.core import url_to_fs
 
 from airflow_provider_mysqlcdc.core.config import check_pipeline_id
 from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.plan_record import PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport
 
 MANIFEST = "manifest.json"
+PLAN_POINTER = "current_plan.json"
 
 
 class StateStore:
@@ -111,6 +113,21 @@ class StateStore:
                 "step (MySqlCdcPlanOperator) first, or check state_root/pipeline_id"
             )
         return plan
+
+    def write_plan_record(self, plan_id: str, record: PlanRecord) -> None:
+        self.write_plan(plan_id, record.to_dict())
+
+    def read_plan_record(self, plan_id: str) -> PlanRecord:
+        """Plan ``plan_id``'s record; ``FileNotFoundError`` naming the fix if there is none."""
+        return PlanRecord.from_dict(self.read_plan(plan_id))
+
+    def write_plan_pointer(self, pointer: PlanPointer) -> None:
+        self.write_json(PLAN_POINTER, pointer.to_dict())
+
+    def read_plan_pointer(self) -> PlanPointer | None:
+        """The last plan of the pipeline (None before the first)."""
+        data = self.read_json(PLAN_POINTER)
+        return None if not data else PlanPointer.from_dict(data)
 
     def write_group_report(self, plan_id: str, report: GroupReport) -> None:
         self.write_json(f"plans/{plan_id}/results/group-{report.group_id:05d}.json", report.to_dict())

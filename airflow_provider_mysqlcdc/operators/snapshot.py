@@ -85,9 +85,9 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
             raise AirflowFailException("sink_root and plan_id are needed: map the operator over plan.output")
         store = StateStore(self.state_root, self.pipeline_id)
         group_id = int(self.group_id)
-        plan = store.read_plan(str(self.plan_id))
+        plan = store.read_plan_record(str(self.plan_id))
         self.application = self.application or job_path("snapshot")
-        self.application_args = self.snapshot_args(bool(plan.get("skip_backfill")))  # the plan decides
+        self.application_args = self.snapshot_args(plan.skip_backfill)  # the plan decides
         self.name = self.name or f"mysqlcdc-snapshot-{self.pipeline_id}-g{group_id}"
         self.log.info("snapshot group %d of plan %s: %s", group_id, self.plan_id, self.group_label)
         store.clear_group_error(str(self.plan_id), group_id)

@@ -113,8 +113,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         given too, must be the plan's: a second copy must not point the stream at another lake."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        pipeline = store.read_plan(plan_id).get("pipeline") or {}
-        planned = pipeline.get("sink_root")
+        record = store.read_plan_record(plan_id)
+        planned = record.sink_root
         if self.sink_root and planned and str(self.sink_root).rstrip("/") != str(planned).rstrip("/"):
             raise AirflowFailException(
                 f"sink_root {self.sink_root!r} is not the plan's {planned!r}: leave sink_root out, the plan has it"
@@ -122,7 +122,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.sink_root = self.sink_root or planned
         if not self.sink_root:
             raise AirflowFailException(f"plan {plan_id} names no sink_root: pass sink_root")
-        return str(pipeline.get("startup_mode", "initial"))
+        return record.startup_mode
 
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -130,7 +130,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         from airflow_provider_mysqlcdc.core.manifest import ManifestError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
-        from airflow_provider_mysqlcdc.pipeline import PLAN_POINTER, PipelineStateError, finalize_run
+        from airflow_provider_mysqlcdc.pipeline import PipelineStateError, finalize_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import (
@@ -144,7 +144,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         if self.stream_mode not in STREAM_MODES:
             raise AirflowFailException(f"stream_mode {self.stream_mode!r} is not one of {list(STREAM_MODES)}")
         store = self._store = StateStore(self.state_root, self.pipeline_id)
-        plan_id = self.plan_id or (store.read_json(PLAN_POINTER) or {}).get("plan_id")
+        pointer = store.read_plan_pointer()
+        plan_id = self.plan_id or (None if pointer is None else pointer.plan_id)
         if not plan_id or str(plan_id) == "None":
             raise AirflowFailException("no plan id: pass plan_id=plan.output['plan_id'] from MySqlCdcPlanOperator")
         startup_mode = self._pipeline_config(store, str(plan_id))

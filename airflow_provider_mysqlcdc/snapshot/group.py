@@ -131,13 +131,13 @@ def run_snapshot_group(
 ) -> GroupResult:
     """Snapshot group ``group_id`` of plan ``plan_id`` into ``sink``: what a mapped snapshot task runs."""
     started = time.monotonic()
-    raw_plan = store.read_plan(plan_id)
-    plan = SnapshotPlan.from_dict(raw_plan)
+    record = store.read_plan_record(plan_id)
+    plan = SnapshotPlan.from_dict(record.snapshot_plan())
     # Re-snapshots (backfills) do not commit per group: the stream operator swaps the whole table
     # in one commit once every group has finished (DeltaSink.replace_with_files).
-    deferred = set(raw_plan.get("deferred_commit_tables", []))
+    deferred = set(record.deferred_commit_tables)
     if hasattr(sink, "takeover"):  # tables this plan takes over from another pipeline
-        sink.takeover |= set(raw_plan.get("takeover_tables", []))
+        sink.takeover |= set(record.takeover_tables)
     groups = {g.group_id: g for g in plan.groups}
     if group_id not in groups:
         raise SnapshotError(f"plan {plan_id} has no chunk group {group_id} (it has {len(groups)} groups)")

@@ -97,8 +97,8 @@ class BatchApplier:
         if not force and (not policy.interval_seconds or now - self._maintained_at < policy.interval_seconds):
             return None
         self._maintained_at = now
-        pointer = self.store.read_json("current_plan.json") or {}
-        orphans = bool(pointer.get("finalized", True))  # no snapshot staging in flight: orphans may go
+        pointer = self.store.read_plan_pointer()
+        orphans = pointer is None or pointer.finalized  # no snapshot staging in flight: orphans may go
         done: dict[str, Any] = {}
         for t in sorted(self.schemas):
             try:
