@@ -51,8 +51,6 @@ from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
-    RELOAD,
-    RUN,
     SCHEMA_CHANGE,
     checkpoint_offset,
     pause_stream,
@@ -287,10 +285,11 @@ def finalize_run(
     record = store.read_plan_record(plan_id)
     if record.finalized:
         log.info("plan %s was finalized before; the manifest is left as it is", plan_id)
-        pending = store.read_json(RELOAD) or {}
-        if pending.get("state") == "requested" and (store.read_json(RUN) or {}).get("state") == "paused":
+        pending = store.read_reload()
+        run = store.read_run()
+        if pending is not None and pending.requested and run is not None and run.state == "paused":
             # finalized, but the run died before it let the paused stream go on
-            resume_stream(store, pending["reload_id"], timeout=stop_timeout)
+            resume_stream(store, pending.reload_id, timeout=stop_timeout)
         return FinalizeOutcome(**(record.finalize_outcome or {}))
     # the tables this plan takes over from another pipeline may be swapped in by this sink
     if hasattr(sink, "takeover"):
@@ -377,12 +376,12 @@ def finalize_run(
 def _forget_schema_changes(store: StateStore, tables: set[str]) -> None:
     """A DDL the stream stopped on is moot for a table just re-snapshotted (its new chunks' HWs are
     after the DDL, so the stream's filter drops it too)."""
-    rec = store.read_json(SCHEMA_CHANGE)
-    if not rec:
+    rec = store.read_schema_change()
+    if rec is None:
         return
-    left = [c for c in rec.get("changes", []) if c["table"] not in tables]
+    left = [c for c in rec.changes if c.table not in tables]
     if left:
-        store.write_json(SCHEMA_CHANGE, {**rec, "changes": left})
+        store.write_schema_change(replace(rec, changes=left))
     else:
         store.delete(SCHEMA_CHANGE)
         log.info("the DDL the stream stopped on is covered by the re-snapshot of %s", sorted(tables))

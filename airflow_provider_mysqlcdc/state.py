@@ -8,11 +8,14 @@ mapped tasks may run on different workers (docs/architecture.md, "State store").
 Layout::
 
     <state_root>/<pipeline_id>/
-        plans/<plan_id>/plan.json                 split plan: tables, schemas, groups, collations
-        plans/<plan_id>/results/group-<g>.json    one record per finished chunk of group g
-        current_plan.json                          the plan the stream was / will be built from
-        manifest.json                              stream manifest (issue: streaming)
+        plans/<plan_id>/plan.json                 the plan record (PlanRecord)
+        plans/<plan_id>/results/group-<g>.json    group g's report (GroupReport)
+        current_plan.json                          the plan the stream was / will be built from (PlanPointer)
+        manifest.json                              stream manifest (Manifest)
         checkpoint/                                stream checkpoint location
+        stream/*.json                              the stream's control documents (core/stream_state.py)
+
+Each document has a typed record that alone knows its JSON keys (docs/architecture.md, "State store").
 
 Writes are atomic (write to a temporary name, then rename) so a reader never sees half a record.
 """
@@ -31,9 +34,24 @@ from airflow_provider_mysqlcdc.core.config import check_pipeline_id
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.plan_record import PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport
+from airflow_provider_mysqlcdc.core.stream_state import (
+    LaunchHandle,
+    ReloadRequest,
+    RunRecord,
+    SchemaChange,
+    StopRequest,
+    StreamStatus,
+)
 
 MANIFEST = "manifest.json"
 PLAN_POINTER = "current_plan.json"
+# the stream's control documents (core/stream_state.py; stream/control.py re-exports the names)
+RUN = "stream/run.json"
+STOP_REQUEST = "stream/stop-request.json"
+HANDLE = "stream/handle.json"
+RELOAD = "stream/reload.json"  # a hand-over: pause after the running batch, resume with the new manifest
+STATUS = "stream/status.json"
+SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and must follow
 
 
 class StateStore:
@@ -101,8 +119,53 @@ class StateStore:
     def write_manifest(self, manifest: Manifest) -> None:
         self.write_json(MANIFEST, manifest.to_dict())
 
+    # ---------------------------------------------------------------- the stream's control documents
+    def read_run(self) -> RunRecord | None:
+        data = self.read_json(RUN)
+        return None if not data else RunRecord.from_dict(data)
+
+    def write_run(self, run: RunRecord) -> None:
+        self.write_json(RUN, run.to_dict())
+
+    def read_status(self) -> StreamStatus:
+        """The stream's status; an empty one before its first batch."""
+        return StreamStatus.from_dict(self.read_json(STATUS) or {})
+
+    def write_status(self, status: StreamStatus) -> None:
+        self.write_json(STATUS, status.to_dict())
+
+    def read_reload(self) -> ReloadRequest | None:
+        data = self.read_json(RELOAD)
+        return None if not data else ReloadRequest.from_dict(data)
+
+    def write_reload(self, request: ReloadRequest) -> None:
+        self.write_json(RELOAD, request.to_dict())
+
+    def read_stop_request(self) -> StopRequest | None:
+        data = self.read_json(STOP_REQUEST)
+        return None if not data else StopRequest.from_dict(data)
+
+    def write_stop_request(self, request: StopRequest) -> None:
+        self.write_json(STOP_REQUEST, request.to_dict())
+
+    def read_schema_change(self) -> SchemaChange | None:
+        data = self.read_json(SCHEMA_CHANGE)
+        return None if not data else SchemaChange.from_dict(data)
+
+    def write_schema_change(self, change: SchemaChange) -> None:
+        self.write_json(SCHEMA_CHANGE, change.to_dict())
+
+    def read_handle(self) -> LaunchHandle | None:
+        data = self.read_json(HANDLE)
+        return None if not data else LaunchHandle.from_dict(data)
+
+    def write_handle(self, handle: LaunchHandle) -> None:
+        self.write_json(HANDLE, handle.to_dict())
+
     # ---------------------------------------------------------------- plans and results
     def write_plan(self, plan_id: str, plan: dict[str, Any]) -> None:
+        """A plan record as a dict (tools and tests write a bare ``SnapshotPlan.to_dict()``); the
+        package writes :class:`PlanRecord` with :meth:`write_plan_record`."""
         self.write_json(f"plans/{plan_id}/plan.json", plan)
 
     def read_plan(self, plan_id: str) -> dict[str, Any]:

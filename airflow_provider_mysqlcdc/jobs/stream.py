@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except Exception as exc:  # the message of a failed stream is what the operator shows
         msg = explain_stream_failure(exc, store, driver_memory)
-        if recorder.record.get("state") != "failed" or msg != str(exc):
+        if recorder.record.state != "failed" or msg != str(exc):
             recorder.write(state="failed", error=msg)
         print(f"error: {msg}", flush=True)
         return 1

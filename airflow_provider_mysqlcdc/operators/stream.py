@@ -128,13 +128,13 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
         from airflow_provider_mysqlcdc.core.manifest import ManifestError
+        from airflow_provider_mysqlcdc.core.stream_state import RunRecord
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, finalize_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import (
-            RUN,
             STOP_REQUEST,
             checkpoint_offset,
             request_stop,
@@ -206,12 +206,10 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         if self.stream_mode == "attached":
             self.log.info("attached: this task runs the stream until it is stopped")
             super().execute(context)
-            run = store.read_json(RUN) or {}
-            if run.get("run_id") == run_id and run.get("state") == "failed":
-                raise AirflowException(f"the stream failed: {run.get('error')}")
-            return {
-                **result, "launched": True, "final_state": run.get("state"), "committed": run.get("committed_offset")
-            }
+            run = store.read_run() or RunRecord()
+            if run.run_id == run_id and run.state == "failed":
+                raise AirflowException(f"the stream failed: {run.error}")
+            return {**result, "launched": True, "final_state": run.state, "committed": run.committed_offset}
         return {**result, **self._launch_detached(store, run_id)}
 
     def _launch_detached(self, store: Any, run_id: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -26,13 +27,13 @@ from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import maintain_table
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
-from airflow_provider_mysqlcdc.stream.control import STATUS
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
 
@@ -75,8 +76,7 @@ class BatchApplier:
         self.app_id = manifest.app_id(store.pipeline_id)
         self.batches = 0
         # what the status file says between batches; a large batch's progress is written on top of it
-        last = store.read_json(STATUS) or {}
-        self.last_status: dict[str, Any] = {k: v for k, v in last.items() if k != "current_batch"}
+        self.last_status = replace(store.read_status(), current_batch=None)
         self._maintained_at = time.monotonic()  # the first round comes one interval after the start
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
@@ -108,8 +108,8 @@ class BatchApplier:
                 log.warning("maintenance of %s failed (the next round tries again): %s", t, exc)
                 done[t] = {"error": str(exc)[:500]}
         summary = {"at": time.time(), "tables": done}
-        self.last_status = {**self.last_status, "maintenance": summary}
-        self.store.write_json(STATUS, self.last_status)
+        self.last_status = replace(self.last_status, maintenance=summary)
+        self.store.write_status(self.last_status)
         return summary
 
     def apply_arrow(
@@ -168,23 +168,23 @@ class BatchApplier:
             upserts, delete_keys = fold_block(block, self.pks[t])
             self.sink.apply_changes(t, upserts.cast(self.arrow[t]), delete_keys, self.pks[t], self.app_id, batch_id)
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
-        status = {
-            "batch_id": batch_id,
-            "rows": sum(counts.values()),
-            "rows_per_table": dict(counts),
-            "last_event": None if last_event is None else {"file": last_event.file, "pos": last_event.pos},
-            "lag_seconds": lag,
-            "updated_at": time.time(),
-            "seconds": round(time.monotonic() - t0, 3),
-        }
-        if bounded:
-            status["bounded_apply"] = bounded
+        large_batch = None
         if progress is not None and progress.announced:
             snap = progress.snapshot()
-            status["large_batch"] = {k: v for k, v in snap.items() if k in ("start", "end", "binlog_bytes")}
-        if "maintenance" in self.last_status:
-            status["maintenance"] = self.last_status["maintenance"]
-        self.store.write_json(STATUS, status)
+            large_batch = {k: v for k, v in snap.items() if k in ("start", "end", "binlog_bytes")}
+        status = StreamStatus.finished(
+            batch_id,
+            sum(counts.values()),
+            dict(counts),
+            last_event,
+            lag,
+            seconds=round(time.monotonic() - t0, 3),
+            updated_at=time.time(),
+            bounded_apply=bounded,
+            large_batch=large_batch,
+            maintenance=self.last_status.maintenance,
+        )
+        self.store.write_status(status)
         self.last_status = status
         if self.staging:  # the batch's staged blocks and progress files are never read again
             done = {f["path"].rsplit("/", 2)[-2] for fs in staged.values() for f in fs}
@@ -193,7 +193,7 @@ class BatchApplier:
             for key in done:
                 remove_batch(self.staging, key)
         lag_text = f"lag {lag}s" if lag is not None else "no changes"
-        log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status["rows"], dict(counts), lag_text, status["seconds"])
+        log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status.rows, dict(counts), lag_text, status.seconds)
         self.batches += 1
         return dict(counts)
 

@@ -18,8 +18,9 @@ import time
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import STATUS, batch_offsets
+from airflow_provider_mysqlcdc.stream.control import batch_offsets
 from airflow_provider_mysqlcdc.stream.staged_blocks import batch_key, batch_progress
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class BatchProgress:
         manifest: Manifest,
         batch_id: int,
         staging: str | None,
-        last_status: dict[str, Any] | None,
+        last_status: StreamStatus | None,
         report_after: float = REPORT_AFTER_SECONDS,
         report_every: float = REPORT_EVERY_SECONDS,
     ):
@@ -45,7 +46,7 @@ class BatchProgress:
         self.manifest = manifest
         self.batch_id = batch_id
         self.staging = staging
-        self.last_status = dict(last_status or {})
+        self.last_status = last_status or StreamStatus()
         self.report_after = report_after
         self.report_every = report_every
         self.started = time.time()
@@ -134,7 +135,7 @@ class BatchProgress:
             self._announced = True
         tail = f": {extra}" if extra else ""
         log.info("batch %d: %s for %.0fs%s", self.batch_id, snap["phase"], snap["seconds"], tail)
-        self.store.write_json(STATUS, {**self.last_status, "current_batch": snap, "updated_at": time.time()})
+        self.store.write_status(self.last_status.with_progress(snap, time.time()))
 
 
 _SHOWN = {"batch_id", "start", "end", "key", "binlog_bytes", "phase", "started_at", "seconds"}

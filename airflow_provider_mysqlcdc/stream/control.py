@@ -19,21 +19,19 @@ import signal
 import socket
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.manifest import DEFAULT_CHECKPOINT, Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
-from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.core.stream_state import LaunchHandle, ReloadRequest, RunRecord, StopRequest
+
+# the documents' paths, re-exported: the stream's modules, tests and tools import them from here
+from airflow_provider_mysqlcdc.state import HANDLE, RELOAD, RUN, SCHEMA_CHANGE, STATUS, STOP_REQUEST, StateStore  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-RUN = "stream/run.json"
-STOP_REQUEST = "stream/stop-request.json"
-HANDLE = "stream/handle.json"
-RELOAD = "stream/reload.json"  # a hand-over: pause after the running batch, resume with the new manifest
-STATUS = "stream/status.json"
 STAGED = "stream/staged"  # change blocks of large batches, on their way from the tasks to the driver
-SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and must follow
 HEARTBEAT_SECONDS = 5.0
 STALE_AFTER_SECONDS = 45.0
 LIVE_STATES = ("starting", "running", "stopping", "paused")
@@ -64,84 +62,77 @@ class StreamRunRecorder:
         self.store = store
         self.run_id = run_id
         self.started_at = time.time()
-        self.record: dict[str, Any] = {
-            "run_id": run_id,
-            "state": "starting",
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started_at": self.started_at,
-            "heartbeat_at": self.started_at,
-            "committed_offset": None,
-            "error": None,
-        }
+        self.record = RunRecord(
+            run_id, "starting", os.getpid(), socket.gethostname(), self.started_at, self.started_at, None, None
+        )
         self._last_beat = 0.0
 
     def write(self, **changes: Any) -> None:
-        self.record.update(changes)
-        self.record["heartbeat_at"] = time.time()
-        self.store.write_json(RUN, self.record)
+        """Update the run record's fields (``RunRecord``'s names) and write it with a new heartbeat."""
+        self.record = replace(self.record, **changes, heartbeat_at=time.time())
+        self.store.write_run(self.record)
         self._last_beat = time.monotonic()
 
     def heartbeat(self, committed: BinlogOffset | None, force: bool = False) -> None:
         if force or time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
             self.write(committed_offset=None if committed is None else committed.to_dict())
 
-    def reload_requested(self) -> dict[str, Any] | None:
+    def reload_requested(self) -> ReloadRequest | None:
         """A pending hand-over request addressed to this run (see :func:`pause_stream`), if any."""
-        req = self.store.read_json(RELOAD)
-        if not req or req.get("state") != "requested":
+        req = self.store.read_reload()
+        if req is None or not req.requested:
             return None
-        if req.get("run_id") not in (None, self.run_id):
+        if req.run_id not in (None, self.run_id):
             return None
         return req
 
     def stop_requested(self) -> bool:
-        req = self.store.read_json(STOP_REQUEST)
-        if not req:
+        req = self.store.read_stop_request()
+        if req is None:
             return False
-        target = req.get("run_id")
-        return (target in (None, self.run_id)) and float(req.get("requested_at", 0)) >= self.started_at - 5
+        return (req.run_id in (None, self.run_id)) and req.requested_at >= self.started_at - 5
 
 
 def stream_state(store: StateStore) -> dict[str, Any]:
     """What is known about the pipeline's stream: alive or not, why, its offsets and last batch."""
-    run = store.read_json(RUN) or {}
-    status = store.read_json(STATUS) or {}
-    handle = store.read_json(HANDLE) or {}
+    found_run = store.read_run()
+    run = found_run or RunRecord()
+    status = store.read_status()
+    handle = store.read_handle() or LaunchHandle()
     now = time.time()
-    state = run.get("state")
-    age = None if not run else round(now - float(run.get("heartbeat_at", 0)), 1)
-    running = bool(run) and state in LIVE_STATES and age is not None and age < STALE_AFTER_SECONDS
+    state = run.state
+    age = None if found_run is None else round(now - run.heartbeat_at, 1)
+    running = found_run is not None and state in LIVE_STATES and age is not None and age < STALE_AFTER_SECONDS
     reason = None
-    if run and state in LIVE_STATES and not running:
+    if found_run is not None and state in LIVE_STATES and not running:
         reason = f"no heartbeat for {age:.0f}s (the driver died without recording it)"
-    if running and run.get("host") == socket.gethostname() and run.get("pid") and not _pid_alive(int(run["pid"])):
-        running, reason = False, f"driver process {run['pid']} on this host is gone"
+    if running and run.host == socket.gethostname() and run.pid and not _pid_alive(int(run.pid)):
+        running, reason = False, f"driver process {run.pid} on this host is gone"
     if reason:
         from airflow_provider_mysqlcdc.stream.failure import explain_lost_driver
 
         reason = explain_lost_driver(reason, status)
-    if not running and state in (*LIVE_STATES, "failed") and handle.get("log_path"):
+    if not running and state in (*LIVE_STATES, "failed") and handle.log_path:
         from airflow_provider_mysqlcdc.stream.failure import last_error_in_log
 
-        found = last_error_in_log(handle["log_path"])
-        if found and found not in (reason or "") and found not in str(run.get("error") or ""):
-            reason = f"{reason or run.get('error') or 'the stream died'} — last error in its driver log: {found}"
+        found = last_error_in_log(handle.log_path)
+        if found and found not in (reason or "") and found not in str(run.error or ""):
+            reason = f"{reason or run.error or 'the stream died'} — last error in its driver log: {found}"
     return {
         "running": running,
         "state": state if running or state not in LIVE_STATES else "lost",
-        "reason": reason or run.get("error"),
-        "run_id": run.get("run_id"),
-        "pid": run.get("pid"),
-        "host": run.get("host"),
-        "started_at": run.get("started_at"),
+        "reason": reason or run.error,
+        "run_id": run.run_id,
+        "pid": run.pid,
+        "host": run.host,
+        "started_at": run.started_at,
         "heartbeat_age_seconds": age,
-        "committed_offset": run.get("committed_offset"),
-        "last_batch": {k: v for k, v in status.items() if k != "current_batch"} or None,
-        "current_batch": status.get("current_batch"),
-        "lag_seconds": status.get("lag_seconds"),
-        "log_path": handle.get("log_path"),
-        "launcher_pid": handle.get("launcher_pid"),
+        "committed_offset": run.committed_offset,
+        "last_batch": status.last_batch(),
+        "current_batch": status.current_batch,
+        "lag_seconds": status.lag_seconds,
+        "log_path": handle.log_path,
+        "launcher_pid": handle.launcher_pid,
     }
 
 
@@ -158,7 +149,7 @@ def request_stop(store: StateStore, timeout: float = 300.0, force_after_timeout:
         log.info("stream of %s is not running (%s)", store.pipeline_id, st["state"] or "never started")
         return {**st, "stopped": False}
     run_id = st["run_id"]
-    store.write_json(STOP_REQUEST, {"run_id": run_id, "requested_at": time.time(), "by": socket.gethostname()})
+    store.write_stop_request(StopRequest(run_id, time.time(), socket.gethostname()))
     log.info("asked stream %s (run %s) to stop after its running batch", store.pipeline_id, run_id)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -210,15 +201,14 @@ def pause_stream(store: StateStore, timeout: float = 300.0) -> dict[str, Any]:
     if not st["running"]:
         return {"paused": False, "stopped": False}
     reload_id = uuid.uuid4().hex[:12]
-    store.write_json(RELOAD, {"reload_id": reload_id, "run_id": st["run_id"], "state": "requested",
-                              "requested_at": time.time()})  # fmt: skip
+    store.write_reload(ReloadRequest(reload_id, st["run_id"], "requested", time.time()))
     log.info("asked stream %s (run %s) to pause after its running batch for a hand-over", store.pipeline_id,
              st["run_id"])  # fmt: skip
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        run = store.read_json(RUN) or {}
-        if run.get("state") == "paused" and run.get("reload_id") == reload_id:
-            return {"paused": True, "reload_id": reload_id, "committed_offset": run.get("committed_offset")}
+        run = store.read_run() or RunRecord()
+        if run.state == "paused" and run.reload_id == reload_id:
+            return {"paused": True, "reload_id": reload_id, "committed_offset": run.committed_offset}
         st = stream_state(store)
         if not st["running"]:
             store.delete(RELOAD)
@@ -232,14 +222,15 @@ def pause_stream(store: StateStore, timeout: float = 300.0) -> dict[str, Any]:
 
 def resume_stream(store: StateStore, reload_id: str, timeout: float = 300.0) -> dict[str, Any]:
     """Let a paused stream restart its query with the current manifest; wait until it runs again."""
-    req = store.read_json(RELOAD) or {}
-    if req.get("reload_id") != reload_id:
-        raise RuntimeError(f"the hand-over {reload_id} is not pending any more (found {req or 'none'})")
-    store.write_json(RELOAD, {**req, "state": "ready", "ready_at": time.time()})
+    req = store.read_reload()
+    if req is None or req.reload_id != reload_id:
+        found = "none" if req is None else req.to_dict()
+        raise RuntimeError(f"the hand-over {reload_id} is not pending any more (found {found})")
+    store.write_reload(replace(req, state="ready", ready_at=time.time()))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        run = store.read_json(RUN) or {}
-        if run.get("state") == "running" and run.get("reloaded") == reload_id:
+        run = store.read_run() or RunRecord()
+        if run.state == "running" and run.reloaded == reload_id:
             return stream_state(store)
         st = stream_state(store)
         if not st["running"]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import STATUS
 
 _JVM_GONE_TEXT = (
     "connection refused",
@@ -66,7 +66,7 @@ def describe_batch(batch: dict[str, Any] | None) -> str:
 def explain_stream_failure(exc: BaseException, store: StateStore, driver_memory: str | None = None) -> str:
     """The error a failed stream records in its run record (``mysqlcdc status`` shows it)."""
     chain = _chain(exc)
-    current = (store.read_json(STATUS) or {}).get("current_batch")
+    current = store.read_status().current_batch
     where = describe_batch(current)
     if any(isinstance(e, MemoryError) for e in chain):
         return (
@@ -87,9 +87,9 @@ def explain_stream_failure(exc: BaseException, store: StateStore, driver_memory:
     )
 
 
-def explain_lost_driver(reason: str, status: dict[str, Any] | None) -> str:
+def explain_lost_driver(reason: str, status: StreamStatus | None) -> str:
     """``stream_state``'s reason for a driver that vanished, with the batch it was running."""
-    current = (status or {}).get("current_batch")
+    current = None if status is None else status.current_batch
     if not current:
         return reason
     return (

@@ -241,8 +241,9 @@ def run_until_stopped(
             signal.signal(sig, lambda *_: stop.set())
     if recorder is not None:
         recorder.write(state="running", committed_offset=_offset_dict(committed_offset(query)))
-        done = recorder.record.get("reloaded")
-        if done and (recorder.store.read_json(RELOAD) or {}).get("reload_id") == done:
+        done = recorder.record.reloaded
+        pending = recorder.store.read_reload()
+        if done and pending is not None and pending.reload_id == done:
             recorder.store.delete(RELOAD)  # the hand-over that restarted this query is complete
     why = "signal"
     while query.isActive and not stop.is_set():
@@ -255,7 +256,7 @@ def run_until_stopped(
             req = recorder.reload_requested()
             if req is not None:
                 why = "reload"
-                recorder.record["reload_id"] = req["reload_id"]
+                recorder.record.reload_id = req.reload_id
                 break
     try:
         if query.isActive:
@@ -290,7 +291,7 @@ def hold_for_handover(recorder: StreamRunRecorder, stop_event: threading.Event |
     the stream instead; the checkpoint is at a batch boundary either way.
     """
     store = recorder.store
-    reload_id = recorder.record.get("reload_id")
+    reload_id = recorder.record.reload_id
     ckpt = checkpoint_offset(store)
     recorder.write(state="paused", reload_id=reload_id, committed_offset=_offset_dict(ckpt))
     log.info("stream paused for hand-over %s at %s", reload_id, ckpt)
@@ -300,8 +301,8 @@ def hold_for_handover(recorder: StreamRunRecorder, stop_event: threading.Event |
         if stop.is_set() or recorder.stop_requested():
             recorder.write(state="stopped", committed_offset=_offset_dict(ckpt))
             return False
-        req = store.read_json(RELOAD) or {}
-        if req.get("reload_id") != reload_id or req.get("state") == "ready":
+        req = store.read_reload()
+        if req is None or req.reload_id != reload_id or req.state == "ready":
             # ready, or withdrawn: either way the current manifest is the one to run
             log.info("hand-over %s done: restarting the query with the current manifest", reload_id)
             recorder.write(state="starting", reloaded=reload_id)

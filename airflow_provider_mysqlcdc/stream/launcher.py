@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.stream_state import LaunchHandle
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import HANDLE, RUN
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +73,13 @@ def record_detached(
 ) -> dict[str, Any]:
     """Record the handle of a detached stream started by ``proc`` (``stream/handle.json``) and return
     it, with the process under ``_proc`` for :func:`wait_until_running`."""
-    handle = {
-        "run_id": run_id,
-        "mode": "detached",
-        "launcher_pid": proc.pid,
-        "host": socket.gethostname(),
-        "log_path": log_path,
-        "started_at": time.time(),
+    handle = LaunchHandle.from_dict({
+        **LaunchHandle(run_id, "detached", proc.pid, socket.gethostname(), log_path, time.time()).to_dict(),
         **(extra or {}),
-    }
-    store.write_json(HANDLE, handle)
+    })  # fmt: skip
+    store.write_handle(handle)
     log.info("launched the stream (run %s, spark-submit pid %d); driver log: %s", run_id, proc.pid, log_path)
-    return {**handle, "_proc": proc}
+    return {**handle.to_dict(), "_proc": proc}
 
 
 def wait_until_running(
@@ -94,13 +89,13 @@ def wait_until_running(
     """Block until the run record of ``run_id`` says running; raise with the driver's error if it fails."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        run = store.read_json(RUN) or {}
-        if run.get("run_id") == run_id:
-            if run.get("state") == "running":
-                return run
-            if run.get("state") in ("failed", "stopped"):
+        run = store.read_run()
+        if run is not None and run.run_id == run_id:
+            if run.state == "running":
+                return run.to_dict()
+            if run.state in ("failed", "stopped"):
                 raise StreamLaunchError(
-                    f"the stream {run.get('state')} at start: {run.get('error') or 'see its log'}"
+                    f"the stream {run.state} at start: {run.error or 'see its log'}"
                     + (f" (driver log: {log_path})" if log_path else "")
                 )
         if proc is not None and proc.poll() is not None:

@@ -15,20 +15,19 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.stream_state import PendingDdl, SchemaChange
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_schema import UnsupportedSchemaChange
-from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import SCHEMA_CHANGE
+from airflow_provider_mysqlcdc.state import SCHEMA_CHANGE, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +58,10 @@ def stop_before_unfollowed_ddl(
         if done is not None and at <= done:
             continue
         info = json.loads(row["info"])
-        pending.append({"table": t, "kind": info["kind"], "sql": info["sql"], "offset": at.to_dict()})
+        pending.append(PendingDdl(t, info["kind"], info["sql"], at))
     if pending:
-        store.write_json(SCHEMA_CHANGE, {"batch_id": batch_id, "changes": pending, "at": time.time()})
-        what = [f"{c['kind'].upper()} of {c['table']} at {BinlogOffset.from_dict(c['offset'])}" for c in pending]
+        store.write_schema_change(SchemaChange(batch_id, pending, time.time()))
+        what = [f"{c.kind.upper()} of {c.table} at {c.offset}" for c in pending]
         raise SchemaChangeReached("; ".join(what))
 
 
@@ -75,22 +74,22 @@ def follow_schema_change(store: StateStore, sink: DeltaSink, settings: Connectio
     :class:`StreamSchemaError`: nothing at or after the DDL has been applied, and re-snapshotting
     the table (backfill) moves its filters past the DDL.
     """
-    rec = store.read_json(SCHEMA_CHANGE)
-    if not rec:
+    rec = store.read_schema_change()
+    if rec is None:
         return []
     manifest = store.read_manifest()
     assert manifest is not None, "a schema change was recorded by a stream that had a manifest"
-    by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for c in rec["changes"]:
-        by_table[c["table"]].append(c)
+    by_table: dict[str, list[PendingDdl]] = defaultdict(list)
+    for c in rec.changes:
+        by_table[c.table].append(c)
     fix = "Re-snapshot {t}: trigger the DAG with resnapshot_tables=['{t}'] (the stream then resumes past this DDL)"
     followed = []
     for t, changes in by_table.items():
-        last = max(BinlogOffset.from_dict(c["offset"]) for c in changes)
+        last = max(c.offset for c in changes)
         for c in changes:
-            if c["kind"] != "alter":
+            if c.kind != "alter":
                 raise StreamSchemaError(
-                    f"{c['kind'].upper()} of {t} at {BinlogOffset.from_dict(c['offset'])} ({c['sql'][:200]}): the "
+                    f"{c.kind.upper()} of {t} at {c.offset} ({c.sql[:200]}): the "
                     f"binlog has no row changes for it, so the Delta table cannot follow. {fix.format(t=t)}. "
                     "The stream stopped before it; nothing after it was applied"
                 )
