@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         plan_id = _last_plan(store)
         snap_rows = sum(r.rows for r in store.read_all_results(plan_id))
-        n_groups = len(store.read_plan(plan_id)["groups"])
+        n_groups = len(store.read_plan_record(plan_id).groups)
         in_job = sum(
             float(getattr(store.read_group_report(plan_id, g), "summary", {}).get("seconds", 0.0))
             for g in range(n_groups)
@@ -275,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _last_plan(store: object) -> str:
-    pointer = store.read_json("current_plan.json") or {}  # type: ignore[attr-defined]
-    return str(pointer.get("plan_id"))
+    pointer = store.read_plan_pointer()  # type: ignore[attr-defined]
+    return str(None if pointer is None else pointer.plan_id)
 
 
 def _stop_leftovers(work: Path) -> None:
