@@ -119,7 +119,7 @@ def admit(
       Only the upsert-half passes: the update without its before image (``before=None``), so the
       sink upserts the after image and deletes nothing. Neither: None.
     """
-    t = handoff._tables.get(change.table)
+    t = handoff.table(change.table)
     if t is None:
         return None
     p = change.tx_offset.sort_key() if tx_key is None else tx_key

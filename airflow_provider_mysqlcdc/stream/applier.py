@@ -19,7 +19,7 @@ import tempfile
 import time
 from collections import defaultdict
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -34,11 +34,9 @@ from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
+from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
-
-if TYPE_CHECKING:
-    from airflow_provider_mysqlcdc.stream.job import StreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +61,7 @@ class BatchApplier:
         self.store = store
         self.sink = sink
         self.manifest = manifest
-        if options is None:  # stream.job imports this module, so its default is fetched here
-            from airflow_provider_mysqlcdc.stream.job import StreamOptions
-
-            options = StreamOptions()
-        self.options = options
+        self.options = options or StreamOptions()
         self.staging = staging
         self.schemas = manifest.schemas()
         self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}

@@ -1,0 +1,46 @@
+"""How a stream reads and applies: the options the job, the applier and the benchmarks share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
+
+
+@dataclass
+class StreamOptions:
+    """How the stream reads and applies; README "Large transactions" documents the memory ones."""
+
+    trigger_seconds: float = 1.0
+    max_events_per_trigger: int | None = 200_000  # binlog EVENTS (a rows event holds many rows)
+    # Binlog bytes per micro-batch: bounds what a batch brings to the driver (the fold and MERGE run
+    # there). Without it, 1,000-row transactions make 200k events ~5M rows: an OOM on a 1g driver.
+    # A single transaction above the cap still forms one batch: see max_inline_bytes.
+    max_bytes_per_trigger: int | None = 32 * 1024 * 1024
+    readers: int | None = None  # parallel binlog decoders per micro-batch; None = Spark's cores
+    # Change blocks per micro-batch sent through Spark to the driver (shared by its tasks); the rest
+    # is staged in the state store (stream/staged_blocks.py). None = the source's default (32 MiB).
+    max_inline_bytes: int | None = None
+    # Memory the driver's Python may use to fold and match ONE table's changes of a batch; a batch
+    # whose blocks need more is folded in hash buckets spilled to scratch_dir (spill/bucketed_fold.py)
+    # and applied by a bounded copy-on-write rewrite in one commit (sinks/delta_rewrite.py).
+    apply_memory_mb: int = 512
+    scratch_dir: str | None = None  # local scratch space of the driver; None = the system temp dir
+    # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
+    maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
+
+    def __post_init__(self) -> None:
+        if self.apply_memory_mb < 16:
+            raise ValueError(f"apply_memory_mb must be at least 16, got {self.apply_memory_mb}")
+
+    def source_options(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        if self.max_events_per_trigger:
+            out["max_events_per_trigger"] = str(self.max_events_per_trigger)
+        if self.max_bytes_per_trigger:
+            out["max_bytes_per_trigger"] = str(self.max_bytes_per_trigger)
+        if self.readers:
+            out["readers"] = str(self.readers)
+        if self.max_inline_bytes is not None:
+            out["max_inline_bytes"] = str(self.max_inline_bytes)
+        return out
