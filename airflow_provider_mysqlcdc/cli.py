@@ -172,11 +172,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.pipeline import pipeline_status
+def _state_store(args: argparse.Namespace) -> Any:
+    from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
     from airflow_provider_mysqlcdc.state import StateStore
 
-    store = StateStore(args.state_root, args.pipeline)
+    return StateStore(args.state_root, args.pipeline, lake_storage(args.storage_conn_id))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_provider_mysqlcdc.pipeline import pipeline_status
+
+    store = _state_store(args)
     server_offset, problem = None, None
     try:
         with _settings(args.conn_id).connect() as conn:
@@ -193,10 +199,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.state import StateStore
     from airflow_provider_mysqlcdc.stream.control import request_stop
 
-    out = request_stop(StateStore(args.state_root, args.pipeline), timeout=args.timeout)
+    out = request_stop(_state_store(args), timeout=args.timeout)
     print(json.dumps(out, indent=2, default=str))
     print(
         f"stream of {args.pipeline}: " + ("stopped" if out["stopped"] else "was not running")
@@ -241,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     def pipeline_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--pipeline", required=True, help="pipeline id (the DAG's pipeline_id param)")
         sp.add_argument("--state-root", required=True, help="the pipeline's state store (directory or URL)")
+        sp.add_argument("--storage-conn-id", default=None,
+                        help="Airflow connection with the object-store credentials of --state-root (e.g. aws_default)")
 
     st = sub.add_parser("status", help="the stream's state, offsets and lag, and each table's phase, as JSON")
     pipeline_args(st)

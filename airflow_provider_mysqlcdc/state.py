@@ -30,6 +30,7 @@ from typing import Any
 
 from fsspec.core import url_to_fs
 
+from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.config import check_pipeline_id
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.plan_record import PlanPointer, PlanRecord
@@ -55,11 +56,15 @@ SCHEMA_CHANGE = "stream/schema-change.json"  # a DDL the running stream met and 
 
 
 class StateStore:
-    def __init__(self, state_root: str, pipeline_id: str, storage_options: dict[str, Any] | None = None):
+    def __init__(self, state_root: str, pipeline_id: str, storage: lake_storage.LakeStorage | None = None):
         check_pipeline_id(pipeline_id)
         if not state_root:
             raise ValueError("state_root is empty: give a directory or URL for the pipeline state")
-        self.fs, root = url_to_fs(str(state_root), **(storage_options or {}))
+        self.storage = storage or lake_storage.LOCAL
+        if lake_storage.is_local(str(state_root)):
+            self.fs, root = url_to_fs(str(state_root))
+        else:
+            self.fs, root = self.storage.filesystem(str(state_root))
         self.protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         self.root = root.rstrip("/") + "/" + pipeline_id
         self.pipeline_id = pipeline_id

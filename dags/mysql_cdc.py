@@ -20,7 +20,9 @@ Trigger it from the UI form or the CLI; every run reconciles the pipeline with i
 ``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
 ``mysql_cdc``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
 Defaults for the roots and tables come from ``MYSQLCDC_SINK_ROOT``, ``MYSQLCDC_STATE_ROOT`` and
-``MYSQLCDC_TABLES`` (comma-separated) when set.
+``MYSQLCDC_TABLES`` (comma-separated) when set. A lake on S3 (or GCS, ADLS) takes its credentials
+from the connection named by the ``storage_conn_id`` param (default ``MYSQLCDC_STORAGE_CONN_ID``),
+e.g. ``aws_default``; README "Deploy to production".
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ TABLE_PATTERN = r"^[^.\s`]+\.[^.\s`]+$"
 PIPELINE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 DEFAULT_SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")
 DEFAULT_STATE_ROOT = os.environ.get("MYSQLCDC_STATE_ROOT", "/tmp/mysqlcdc/state")
+DEFAULT_STORAGE_CONN_ID = os.environ.get("MYSQLCDC_STORAGE_CONN_ID", "")
 DEFAULT_TABLES = [t.strip() for t in os.environ.get("MYSQLCDC_TABLES", "shop.orders").split(",") if t.strip()]
 
 P = "params"  # shorthand for templates below
@@ -73,6 +76,11 @@ with DAG(
         "state_root": Param(
             DEFAULT_STATE_ROOT, type="string", minLength=1, title="State root",
             description="Plans, chunk results, the stream manifest and checkpoint (shared by all workers).",
+        ),
+        "storage_conn_id": Param(
+            DEFAULT_STORAGE_CONN_ID, type="string", title="Storage connection",
+            description="Airflow connection with the object-store credentials of the sink and state roots (e.g. "
+            "aws_default); empty for a local lake or the machine's own credentials.",
         ),
         # No JSON-schema minimum: the form would silently clamp a typo (0 -> 1); the plan task
         # refuses a chunk size below 100 rows with the numbers instead (allow_large_plan overrides).
@@ -152,6 +160,7 @@ with DAG(
         chunk_key_columns="{{ params.chunk_key_columns }}",
         takeover_tables="{{ params.takeover_tables }}",
         allow_large_plan="{{ params.allow_large_plan }}",
+        storage_conn_id="{{ params.storage_conn_id }}",
     )
     # The plan's group descriptors carry the pipeline id and roots; the plan in the state store
     # carries the rest of the pipeline's config (skip_backfill, startup_mode...).
@@ -170,6 +179,7 @@ with DAG(
         snapshot_summaries=snapshot.output,
         stream_mode="{{ params.stream_mode }}",
         conf="{{ params.spark_conf }}",
+        storage_conn_id="{{ params.storage_conn_id }}",
     )
     wait_caught_up = MySqlCdcStreamSensor(
         task_id="wait_caught_up",
@@ -177,6 +187,7 @@ with DAG(
         state_root="{{ params.state_root }}",
         stream_handle=stream.output,
         condition="caught_up",
+        storage_conn_id="{{ params.storage_conn_id }}",
         timeout=3600,
         poke_interval=2,
     )
@@ -191,8 +202,10 @@ with DAG(
     params={
         "pipeline_id": Param("shop", type="string", pattern=PIPELINE_PATTERN, title="Pipeline id"),
         "state_root": Param(DEFAULT_STATE_ROOT, type="string", minLength=1, title="State root"),
+        "storage_conn_id": Param(DEFAULT_STORAGE_CONN_ID, type="string", title="Storage connection"),
     },
 ) as stop_dag:
     MySqlCdcStopStreamOperator(
-        task_id="stop_stream", pipeline_id="{{ params.pipeline_id }}", state_root="{{ params.state_root }}"
+        task_id="stop_stream", pipeline_id="{{ params.pipeline_id }}", state_root="{{ params.state_root }}",
+        storage_conn_id="{{ params.storage_conn_id }}",
     )

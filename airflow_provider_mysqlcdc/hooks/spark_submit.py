@@ -7,8 +7,9 @@ stays the parent's. The ``spark`` connection decides where jobs run (``local[*]`
 YARN, Kubernetes), so a DAG moves from a laptop to a cluster by changing a connection, not code.
 What it adds:
 
-* the source connection as JSON in ``MYSQLCDC_SOURCE``: an environment variable, never an argument
-  (arguments show in ``ps`` and in Airflow's log of the command line);
+* the source connection as JSON in ``MYSQLCDC_SOURCE`` and the lake's object-store credentials
+  in ``MYSQLCDC_STORAGE``: environment variables, never arguments (arguments show in ``ps``, in
+  Airflow's log of the command line and on the Spark UI's environment page);
 * the MariaDB/MySQL JDBC driver jar (``jars``; Debian's ``libmariadb-java`` by default);
 * for local masters, the driver's and workers' Python = the Python running Airflow, which has this
   provider, pyarrow and deltalake installed (otherwise Spark picks a bare ``python3``);
@@ -30,6 +31,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.storage import STORAGE_ENV, LakeStorage
 from airflow_provider_mysqlcdc.stream.launcher import start_detached
 
 DEFAULT_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -89,9 +91,15 @@ def job_conf(conf: dict[str, Any] | None, master: str) -> dict[str, Any]:
     return out
 
 
-def job_env(source: ConnectionSettings, env_vars: dict[str, Any] | None, master: str) -> dict[str, Any]:
-    """The job's environment: the source connection, the user's env_vars, local Python defaults."""
-    env: dict[str, Any] = {SOURCE_ENV: json.dumps(source.to_dict()), **(env_vars or {})}
+def job_env(
+    source: ConnectionSettings, env_vars: dict[str, Any] | None, master: str, storage: LakeStorage | None = None
+) -> dict[str, Any]:
+    """The job's environment: the source connection, the lake's storage credentials, the user's
+    env_vars, local Python defaults."""
+    env: dict[str, Any] = {SOURCE_ENV: json.dumps(source.to_dict())}
+    if storage is not None and storage.options:
+        env[STORAGE_ENV] = storage.to_json()
+    env.update(env_vars or {})
     if master.startswith("local"):
         for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
             env.setdefault(var, os.environ.get(var, sys.executable))
@@ -115,6 +123,9 @@ class MySqlCdcSparkSubmitHook(SparkSubmitHook):
 
     :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``); the job receives it in
         the environment, never on the command line
+    :param storage_conn_id: the connection with the lake's object-store credentials
+        (``hooks/object_storage.py``; ``None``: a local lake or the machine's credentials); the job
+        receives them in the environment too
     :param detach_log: submit detached, with spark-submit's output going to this file (see
         :meth:`submit`); ``None`` (default) submits like the parent, waiting for the job
     :param kwargs: every other argument of ``SparkSubmitHook``; ``conf``, ``env_vars`` and ``jars``
@@ -125,6 +136,7 @@ class MySqlCdcSparkSubmitHook(SparkSubmitHook):
         self,
         *,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
+        storage_conn_id: str | None = None,
         detach_log: str | None = None,
         conn_id: str = "spark_default",
         conf: dict[str, Any] | None = None,
@@ -133,17 +145,20 @@ class MySqlCdcSparkSubmitHook(SparkSubmitHook):
         **kwargs: Any,
     ) -> None:
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
 
         self.master = spark_master(conn_id)
         ensure_spark_submit_on_path()
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
         self.source = MySqlCdcHook(mysql_cdc_conn_id).settings
+        self.storage_conn_id = storage_conn_id
+        self.storage = lake_storage(storage_conn_id)
         self.detach_log = detach_log
         super().__init__(
             conf=job_conf(conf, self.master),
             conn_id=conn_id,
             jars=job_jars(jars, self.master),
-            env_vars=job_env(self.source, env_vars, self.master),
+            env_vars=job_env(self.source, env_vars, self.master, self.storage),
             **kwargs,
         )
 

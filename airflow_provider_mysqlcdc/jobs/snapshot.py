@@ -5,7 +5,9 @@
         --plan-id 20261122T0300 --group-id 3 --sink-root /data/lake
 
 The source connection arrives as JSON in the environment variable named by ``--source-env``
-(default ``MYSQLCDC_SOURCE``), never on the command line (it would show in ``ps``). The job writes
+(default ``MYSQLCDC_SOURCE``), and the object-store credentials of the sink and state store in
+``MYSQLCDC_STORAGE`` (delta-rs storage options; unset for a local lake), never on the command
+line (it would show in ``ps`` and on the Spark UI). The job writes
 its chunk results to the state store and prints ``MYSQLCDC_RESULT <json summary>``; the exit code
 is 0 on success, 1 on a clear failure (an ``error: ...`` line says what to fix), other codes for
 crashes. (spark-submit merges the Python driver's stderr into its stdout.)
@@ -46,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_mysqlcdc.snapshot.group import SnapshotError, SnapshotOptions, run_snapshot_group
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.storage import LakeStorage
 
     raw = os.environ.get(args.source_env)
     if not raw:
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     settings = ConnectionSettings.from_dict(json.loads(raw))
+    storage = LakeStorage.from_env()
     spark = build_spark_session(
         f"mysqlcdc-snapshot-{args.pipeline_id}-g{args.group_id}", master=None, jdbc_jar=args.jdbc_jar
     )
@@ -61,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         result = run_snapshot_group(
             spark,
             settings,
-            StateStore(args.state_root, args.pipeline_id),
+            StateStore(args.state_root, args.pipeline_id, storage),
             args.plan_id,
             args.group_id,
-            DeltaSink(args.sink_root, owner=args.pipeline_id),
+            DeltaSink(args.sink_root, storage, owner=args.pipeline_id),
             SnapshotOptions(skip_backfill=args.skip_backfill, fetch_size=args.fetch_size, reader=args.reader,
                             window_memory_mb=args.window_memory_mb, scratch_dir=args.scratch_dir),
         )
@@ -85,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 def _record_error(args: argparse.Namespace, message: str) -> None:
     """Leave the failure's message where the operator looks for it (the driver may be remote)."""
     from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.storage import LakeStorage
 
     try:
-        StateStore(args.state_root, args.pipeline_id).write_group_error(args.plan_id, args.group_id, message)
+        store = StateStore(args.state_root, args.pipeline_id, LakeStorage.from_env())
+        store.write_group_error(args.plan_id, args.group_id, message)
     except Exception as exc:  # the job's own exit code still reports the failure
         print(f"warning: could not record the error in the state store: {exc}", file=sys.stderr)
 

@@ -8,7 +8,9 @@ Reads the stream manifest from the state store (built by the stream operator fro
 high watermarks) and resumes from the checkpoint there when it exists. It records its run in the
 state store (``stream/run.json``: state, heartbeat, committed offset) and stops once the running
 micro-batch has finished on SIGTERM or on a stop request (``mysqlcdc stop``, the stop operator).
-The source connection arrives as JSON in ``$MYSQLCDC_SOURCE`` (never on the command line).
+The source connection arrives as JSON in ``$MYSQLCDC_SOURCE`` and the object-store credentials of
+the sink and state store in ``$MYSQLCDC_STORAGE`` (never on the command line); the binlog source
+reads both from the environment itself, so neither is a source option in the query plan.
 """
 
 from __future__ import annotations
@@ -50,11 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
     from airflow_provider_mysqlcdc.spark_session import build_spark_session
     from airflow_provider_mysqlcdc.state import StateStore
+    from airflow_provider_mysqlcdc.storage import STORAGE_ENV, LakeStorage
     from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder
     from airflow_provider_mysqlcdc.stream.failure import explain_stream_failure
     from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
 
-    store = StateStore(args.state_root, args.pipeline_id)
+    storage = LakeStorage.from_env()
+    store = StateStore(args.state_root, args.pipeline_id, storage)
     recorder = StreamRunRecorder(store, args.run_id or uuid.uuid4().hex[:12])
     recorder.write(state="starting")
     raw = os.environ.get(args.source_env)
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             spark,
             settings,
             store,
-            DeltaSink(args.sink_root, owner=args.pipeline_id),
+            DeltaSink(args.sink_root, storage, owner=args.pipeline_id),
             StreamOptions(
                 trigger_seconds=args.trigger_seconds,
                 max_events_per_trigger=args.max_events_per_trigger,
@@ -82,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                 max_inline_bytes=args.max_inline_bytes,
                 apply_memory_mb=args.apply_memory_mb,
                 scratch_dir=args.scratch_dir,
+                source_env=args.source_env,
+                storage_env=STORAGE_ENV if storage.options else None,
                 maintenance=MaintenancePolicy(
                     interval_seconds=args.maintenance_interval,
                     retention_hours=args.vacuum_retention_hours,

@@ -38,6 +38,8 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
     :param sink_root: where the Delta tables are (``<sink_root>/<db>/<table>``)
     :param plan_id: the plan this task carries out (``MySqlCdcPlanOperator``'s)
     :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param storage_conn_id: the connection holding the object-store credentials of ``sink_root`` and
+        ``state_root`` (e.g. ``aws_default``); unset for a local lake or the machine's credentials
     :param spark_conn_id: deprecated name of ``conn_id``
     :param kwargs: every argument of ``SparkSubmitOperator`` (``conn_id`` is the Spark connection)
     """
@@ -48,6 +50,7 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
         "state_root",
         "sink_root",
         "plan_id",
+        "storage_conn_id",
     )
     template_fields_renderers = {"conf": "json", "env_vars": "json", "application_args": "py"}
 
@@ -59,6 +62,7 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
         sink_root: str | None = None,
         plan_id: str | None = None,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
+        storage_conn_id: str | None = None,
         spark_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -76,12 +80,14 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
         self.sink_root = sink_root
         self.plan_id = plan_id
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self.storage_conn_id = storage_conn_id or None
         self._lineage_tables: list[str] = []  # what the job read and wrote, for OpenLineage
 
     def _get_hook(self, detach_log: str | None = None) -> MySqlCdcSparkSubmitHook:
         """The parent's hook arguments, plus the source connection (and a detached log, for the stream)."""
         return MySqlCdcSparkSubmitHook(
             mysql_cdc_conn_id=self.mysql_cdc_conn_id,
+            storage_conn_id=self.storage_conn_id,
             detach_log=detach_log,
             conf=self.conf,
             conn_id=self._conn_id,
@@ -117,6 +123,13 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
             yarn_track_via_rm_api=self._yarn_track_via_rm_api,
             yarn_rm_auth=self._yarn_rm_auth,
         )
+
+    def state_store(self) -> Any:
+        """The pipeline's state store, reached with the storage connection's credentials."""
+        from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
+        from airflow_provider_mysqlcdc.state import StateStore
+
+        return StateStore(self.state_root, self.pipeline_id, lake_storage(self.storage_conn_id))
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the source tables the job read, the Delta tables it wrote.

@@ -49,6 +49,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         re-snapshotted by this pipeline; the other pipeline's stream then refuses to write them)
     :param allow_large_plan: allow a chunk size below 100 rows or more than 10,000 chunks per table
     :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param storage_conn_id: the connection with the object-store credentials of ``sink_root`` and
+        ``state_root`` (e.g. ``aws_default``: ``hooks/object_storage.py``); passed on to the
+        snapshot tasks in their descriptors. Unset for a local lake or the machine's credentials
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
     """
 
@@ -67,6 +70,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "chunk_key_columns",
         "takeover_tables",
         "allow_large_plan",
+        "storage_conn_id",
     )
     ui_color = "#e8f4fd"
 
@@ -88,6 +92,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         takeover_tables: list[str] | str | None = None,
         allow_large_plan: bool | str = False,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
+        storage_conn_id: str | None = None,
         stop_timeout: float = 300.0,
         **kwargs: Any,
     ) -> None:
@@ -107,6 +112,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.takeover_tables = takeover_tables
         self.allow_large_plan = allow_large_plan
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self.storage_conn_id = storage_conn_id or None
         self.stop_timeout = stop_timeout
 
     def config(self) -> PipelineConfig:
@@ -132,6 +138,7 @@ class MySqlCdcPlanOperator(BaseOperator):
 
         from airflow_provider_mysqlcdc.core.table import SourceSchemaError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
+        from airflow_provider_mysqlcdc.hooks.object_storage import ObjectStorageError, lake_storage
         from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, new_plan_id, plan_run
@@ -147,8 +154,12 @@ class MySqlCdcPlanOperator(BaseOperator):
             config.pipeline_id, config.tables, config.startup_mode, config.resnapshot_tables or "none",
             config.chunk_size, config.chunks_per_task,
         )
-        store = StateStore(config.state_root, config.pipeline_id)
-        sink = DeltaSink(config.sink_root, owner=config.pipeline_id)
+        try:
+            storage = lake_storage(self.storage_conn_id)
+        except ObjectStorageError as exc:
+            raise AirflowFailException(str(exc)) from None
+        store = StateStore(config.state_root, config.pipeline_id, storage)
+        sink = DeltaSink(config.sink_root, storage, owner=config.pipeline_id)
         run_id = context.get("run_id") if context else None
         plan_id = new_plan_id(run_id)
         hook = MySqlCdcHook(self.mysql_cdc_conn_id)
@@ -165,4 +176,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         ti.xcom_push(key="plan_id", value=plan_id)
         ti.xcom_push(key="plan_summary", value=outcome.to_dict())
         where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root}
+        if self.storage_conn_id:  # the id, never the keys: descriptors are XComs
+            where["storage_conn_id"] = self.storage_conn_id
         return [{**where, **g} for g in outcome.groups]

@@ -77,13 +77,11 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-        from airflow_provider_mysqlcdc.state import StateStore
-
         if self.reader not in READERS:
             raise AirflowFailException(f"reader must be 'auto', 'native' or 'jdbc', got {self.reader!r}")
         if not self.sink_root or not self.plan_id:
             raise AirflowFailException("sink_root and plan_id are needed: map the operator over plan.output")
-        store = StateStore(self.state_root, self.pipeline_id)
+        store = self.state_store()
         group_id = int(self.group_id)
         plan = store.read_plan_record(str(self.plan_id))
         self.application = self.application or job_path("snapshot")

@@ -133,7 +133,6 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, finalize_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-        from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import (
             STOP_REQUEST,
             checkpoint_offset,
@@ -143,7 +142,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
 
         if self.stream_mode not in STREAM_MODES:
             raise AirflowFailException(f"stream_mode {self.stream_mode!r} is not one of {list(STREAM_MODES)}")
-        store = self._store = StateStore(self.state_root, self.pipeline_id)
+        store = self._store = self.state_store()
         pointer = store.read_plan_pointer()
         plan_id = self.plan_id or (None if pointer is None else pointer.plan_id)
         if not plan_id or str(plan_id) == "None":
@@ -157,7 +156,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
                 len(summaries), sum(s["chunks"] for s in summaries), sum(s["rows"] for s in summaries),
             )
         try:
-            sink = DeltaSink(str(self.sink_root), owner=self.pipeline_id)
+            sink = DeltaSink(str(self.sink_root), store.storage, owner=self.pipeline_id)
             outcome = finalize_run(store, sink, str(plan_id), summaries, self.stop_timeout)
         except (ManifestError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
@@ -272,19 +271,30 @@ class MySqlCdcStopStreamOperator(BaseOperator):
     state (committed offset, last batch). A stream that is not running is not an error.
     """
 
-    template_fields: Sequence[str] = ("pipeline_id", "state_root")
+    template_fields: Sequence[str] = ("pipeline_id", "state_root", "storage_conn_id")
 
-    def __init__(self, *, pipeline_id: str, state_root: str, timeout: float = 300.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        pipeline_id: str,
+        state_root: str,
+        timeout: float = 300.0,
+        storage_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.pipeline_id = pipeline_id
         self.state_root = state_root
         self.timeout = timeout
+        self.storage_conn_id = storage_conn_id or None
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import request_stop
 
-        out = request_stop(StateStore(self.state_root, self.pipeline_id), timeout=self.timeout)
+        store = StateStore(self.state_root, self.pipeline_id, lake_storage(self.storage_conn_id))
+        out = request_stop(store, timeout=self.timeout)
         self.log.info(
             "stream %s: %s (committed offset %s)", self.pipeline_id,
             "stopped" if out["stopped"] else "was not running", out["committed_offset"],

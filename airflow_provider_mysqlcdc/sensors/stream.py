@@ -21,7 +21,7 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
     when that run started no stream (``startup_mode=snapshot-only``).
     """
 
-    template_fields: Sequence[str] = ("pipeline_id", "state_root", "stream_handle", "condition")
+    template_fields: Sequence[str] = ("pipeline_id", "state_root", "stream_handle", "condition", "storage_conn_id")
 
     def __init__(
         self,
@@ -32,6 +32,7 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
         max_lag_seconds: float | None = None,
         stream_handle: Any = None,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
+        storage_conn_id: str | None = None,
         deferrable: bool = True,
         poke_interval: float = 5.0,
         **kwargs: Any,
@@ -43,6 +44,7 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
         self.max_lag_seconds = max_lag_seconds
         self.stream_handle = stream_handle
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
+        self.storage_conn_id = storage_conn_id or None
         self.deferrable = deferrable
         self._target: dict[str, Any] | None = None
 
@@ -77,16 +79,18 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
                 target_offset=self._target,
                 max_lag_seconds=self.max_lag_seconds,
                 poll_interval=float(self.poke_interval),
+                storage_conn_id=self.storage_conn_id,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout)),
         )
 
     def _state(self) -> dict[str, Any]:
+        from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import stream_state
 
-        return stream_state(StateStore(self.state_root, self.pipeline_id))
+        return stream_state(StateStore(self.state_root, self.pipeline_id, lake_storage(self.storage_conn_id)))
 
     def poke(self, context: Any) -> bool:
         from airflow.sdk.exceptions import AirflowException

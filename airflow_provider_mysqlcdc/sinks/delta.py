@@ -25,11 +25,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
+from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema, merge_changes
 from airflow_provider_mysqlcdc.sinks.delta_schema import (
@@ -69,14 +69,15 @@ class DeltaSink:
     def __init__(
         self,
         root: str,
-        storage_options: dict[str, str] | None = None,
+        storage: lake_storage.LakeStorage | None = None,
         owner: str | None = None,
         takeover: Iterable[str] = (),
     ):
         if not root:
             raise ValueError("sink_root is empty: give the directory or URL where Delta tables should go")
         self.root = str(root).rstrip("/")
-        self.storage_options = storage_options or None
+        self.storage = storage or lake_storage.LOCAL
+        self.storage_options = self.storage.delta_options(self.root)
         self.owner = owner
         self.takeover = set(takeover)
 
@@ -126,7 +127,7 @@ class DeltaSink:
         return f"{self.root}/{db}/{name}"
 
     def _is_local(self) -> bool:
-        return "://" not in self.root or self.root.startswith("file://")
+        return lake_storage.is_local(self.root)
 
     def open(self, table: str) -> DeltaTable:
         return DeltaTable(self.table_uri(table), storage_options=self.storage_options)
@@ -190,7 +191,7 @@ class DeltaSink:
 
         def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
             removes = [_remove(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
-            return removes, _add_actions(uri, files, primary_key or [], now, prefix)
+            return removes, _add_actions(uri, files, primary_key or [], now, prefix, self.storage)
 
         version, removed, _ = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=False)
         log.info(
@@ -219,7 +220,8 @@ class DeltaSink:
 
         def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
             removes = [_remove(p, sz, now) for p, sz in have.items() if p not in wanted]
-            return removes, _add_actions(uri, [f for p, f in wanted.items() if p not in have], primary_key or [], now)
+            adds = [f for p, f in wanted.items() if p not in have]
+            return removes, _add_actions(uri, adds, primary_key or [], now, storage=self.storage)
 
         version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True)
         self.claim(table)  # a taken-over table is this pipeline's from its re-snapshot on
@@ -314,7 +316,12 @@ def _remove(path: str, size: int, now: int) -> RemoveAction:
 
 
 def _add_actions(
-    uri: str, files: list[StagedFile], primary_key: list[str], now: int, prefix: str | None = None
+    uri: str,
+    files: list[StagedFile],
+    primary_key: list[str],
+    now: int,
+    prefix: str | None = None,
+    storage: lake_storage.LakeStorage = lake_storage.LOCAL,
 ) -> list[AddAction]:
     adds = []
     for f in files:
@@ -328,7 +335,7 @@ def _add_actions(
                 partition_values={},
                 modification_time=now,
                 data_change=True,
-                stats=_stats_json(f.path, f.rows, primary_key),
+                stats=_stats_json(f.path, f.rows, primary_key, storage),
             )
         )
     return adds
@@ -346,12 +353,12 @@ def _relative(table_uri: str, path: str) -> str:
     raise ValueError(f"{path} is not inside table {table_uri}")
 
 
-def _stats_json(path: str, rows: int, primary_key: list[str]) -> str:
+def _stats_json(path: str, rows: int, primary_key: list[str], storage: lake_storage.LakeStorage) -> str:
     """Delta file statistics: row count, and min/max of the key columns for data skipping in MERGE."""
     stats: dict[str, Any] = {"numRecords": rows}
     if primary_key and rows:
         try:
-            md = pq.ParquetFile(path).metadata
+            md = storage.parquet_file(path).metadata
             names = md.schema.names
             mins: dict[str, Any] = {}
             maxs: dict[str, Any] = {}

@@ -46,6 +46,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, conform_upserts
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
+from airflow_provider_mysqlcdc.storage import LakeStorage, is_local
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +87,13 @@ class _NewFile:
 class _TableFiles:
     """Data files of one Delta table by their relative paths, on a local disk or an object store."""
 
-    def __init__(self, uri: str, storage_options: dict[str, str] | None):
-        from fsspec.core import url_to_fs
-
+    def __init__(self, uri: str, storage: LakeStorage):
         self.uri = uri.rstrip("/")
-        self.local = "://" not in uri or uri.startswith("file://")
+        self.local = is_local(uri)
         if self.local:
             self.fs, self.root = None, self.uri.removeprefix("file://")
         else:
-            self.fs, self.root = url_to_fs(self.uri, **(storage_options or {}))
+            self.fs, self.root = storage.filesystem(self.uri)
 
     def path(self, rel: str) -> str:
         return f"{self.root}/{unquote(rel)}"
@@ -220,7 +219,7 @@ def apply_folded_changes(
     target = pa.schema(dt.schema().to_arrow())
     key = list(primary_key)
     key_schema = pa.schema([target.field(c) for c in key])
-    files = _TableFiles(sink.table_uri(table), sink.storage_options)
+    files = _TableFiles(sink.table_uri(table), sink.storage)
     prefix = f"b{version:010d}-"
     files.remove_uncommitted(prefix)
     directory = f"{STREAM_DIR}/{prefix}{uuid.uuid4().hex[:12]}"

@@ -151,7 +151,7 @@ def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_byt
     stale: dict[int, np.ndarray] = {}
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
         for group in keys.passes():
-            files = [(sid, lambda f=f: pq.read_table(f.path, columns=w.pk_cols)) for sid, f in w.files.items()]
+            files = [(sid, lambda f=f: w.storage.read_parquet(f.path, columns=w.pk_cols)) for sid, f in w.files.items()]
             for sid, hit in match_files(files, group.combine_chunks(), w.pk_cols, max(1 << 20, keys.budget // 2)):
                 if hit.any():
                     stale[sid] = stale[sid] | hit if sid in stale else hit
@@ -170,10 +170,10 @@ def _rewrite_chunk(w: _TableWork, split_id: int, drop: np.ndarray | None, adds_p
     rows = 0
     # Dictionary encoding halves the rewrite's speed for the high-cardinality columns snapshot
     # tables are made of (bench/RESULTS.md), so it is off.
-    with pq.ParquetWriter(path, w.arrow_schema, use_dictionary=False) as out:
+    with w.storage.open(path, "wb") as sink, pq.ParquetWriter(sink, w.arrow_schema, use_dictionary=False) as out:
         if old is not None:
             offset = 0
-            for batch in pq.ParquetFile(old.path).iter_batches(batch_size=READ_BATCH_ROWS):
+            for batch in w.storage.parquet_file(old.path).iter_batches(batch_size=READ_BATCH_ROWS):
                 part = pa.Table.from_batches([batch]).select(w.arrow_schema.names).cast(w.arrow_schema)
                 if drop is not None:
                     part = part.filter(pa.array(~drop[offset : offset + batch.num_rows]))
@@ -189,8 +189,8 @@ def _rewrite_chunk(w: _TableWork, split_id: int, drop: np.ndarray | None, adds_p
                     out.write_table(pa.Table.from_batches([batch]))
                     rows += batch.num_rows
     if old is not None:
-        os.remove(old.path)
-    return StagedFile(path, rows, os.path.getsize(path), [split_id])
+        w.storage.remove(old.path)
+    return StagedFile(path, rows, w.storage.size(path), [split_id])
 
 
 def _local(path: str) -> str:

@@ -10,13 +10,13 @@ group keeps Spark's parallelism, retries and progress reporting; only the rows s
 The reader is exact or not used: :func:`airflow_provider_mysqlcdc.core.types.native_select_list`
 makes the server send every value in a form connectorx decodes exactly and
 :func:`~airflow_provider_mysqlcdc.core.types.canonicalize_native` casts it with checked casts.
-Tables with a column it cannot read (GEOMETRY), TLS connections and non-local sinks use Spark
-JDBC (see :func:`native_reader_unavailable`).
+Tables with a column it cannot read (GEOMETRY) and TLS connections use Spark JDBC (see
+:func:`native_reader_unavailable`). The files go wherever the sink is — a local directory or an
+object store (written from the task's Python through :class:`~airflow_provider_mysqlcdc.storage.LakeStorage`).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -25,9 +25,10 @@ from airflow_provider_mysqlcdc.core import projection
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, local_path
 
 
-def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema, staging: str) -> str | None:
+def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema) -> str | None:
     """Why the native reader cannot stage this table (None if it can)."""
     try:
         import connectorx  # noqa: F401
@@ -35,8 +36,6 @@ def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema,
         return "connectorx is not installed (pip install connectorx)"
     if settings.ssl is True:
         return "the connection requires TLS (the native reader is used only without TLS)"
-    if "://" in staging and not staging.startswith("file://"):
-        return f"the sink is not on a local or mounted file system ({staging.split('://', 1)[0]}://)"
     return projection.native_read_unsupported(schema)
 
 
@@ -59,6 +58,7 @@ def stage_chunk(
     predicate: str,
     staging_dir: str,
     dictionary_columns: list[str],
+    storage: LakeStorage = LOCAL,
 ) -> tuple[int, str, int, int]:
     """Read one chunk and write it as one Parquet file; runs in a Spark task (Python worker).
 
@@ -67,7 +67,6 @@ def stage_chunk(
     Spark reports it as a task failure with that text).
     """
     import connectorx as cx
-    import pyarrow.parquet as pq
 
     try:
         raw = cx.read_sql(connection_uri(settings), chunk_query(schema, predicate), return_type="arrow")
@@ -78,11 +77,9 @@ def stage_chunk(
             raise
         raise RuntimeError(f"reading {schema.table} failed: the native reader crashed: {exc}") from None
     table = projection.canonicalize_native(raw, schema)
-    base = staging_dir[len("file://") :] if staging_dir.startswith("file://") else staging_dir
-    os.makedirs(base, exist_ok=True)
-    path = f"{base}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
-    pq.write_table(table, path, use_dictionary=dictionary_columns or False)
-    return index, path, table.num_rows, os.path.getsize(path)
+    path = f"{local_path(staging_dir).rstrip('/')}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
+    size = storage.write_parquet(table, path, use_dictionary=dictionary_columns or False)
+    return index, path, table.num_rows, size
 
 
 def stage_chunks(
@@ -91,10 +88,11 @@ def stage_chunks(
     schema: TableSchema,
     predicates: list[str],
     staging_dir: str,
+    storage: LakeStorage = LOCAL,
 ) -> list[tuple[int, str, int, int]]:
     """One Spark task per chunk; returns what :func:`stage_chunk` returned, in chunk order."""
     dictionary = cdc_types.dictionary_columns(schema)
     tasks = list(enumerate(predicates))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    out = rdd.map(lambda t: stage_chunk(settings, schema, t[0], t[1], staging_dir, dictionary)).collect()
+    out = rdd.map(lambda t: stage_chunk(settings, schema, t[0], t[1], staging_dir, dictionary, storage)).collect()
     return sorted(out)

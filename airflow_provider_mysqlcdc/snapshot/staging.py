@@ -37,6 +37,7 @@ from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable, stage_chunks
+from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, is_local
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class TableWork:
     chunk_cols: list[str]
     staging: str = ""
     files: dict[int, StagedFile] = field(default_factory=dict)  # split_id -> staged file
+    storage: LakeStorage = LOCAL  # how to reach ``staging`` (the sink's object store)
 
     @property
     def rows(self) -> int:
@@ -107,6 +109,7 @@ def prepare_tables(
             locator=ChunkLocator(all_splits, plan.collations),
             pk_cols=[c.name for c in pk_key_cols],
             chunk_cols=all_splits[0].key_names,
+            storage=sink.storage,
         )
         sink.prepare_table(table, arrow_schema, w.pk_cols)
         w.staging = sink.staging_location(table, group_key, attempt)
@@ -167,7 +170,7 @@ def _stage_table(
     predicates = _stalled([split_condition(s, collations) for s in w.splits], w, collations, hooks)
     native = reader != "jdbc"
     if native:
-        why_not = native_reader_unavailable(settings, w.schema, w.staging)
+        why_not = native_reader_unavailable(settings, w.schema)
         if why_not is not None:
             if reader == "native":
                 raise SnapshotError(f"{w.table}: the native reader cannot read it: {why_not}; use reader='jdbc'")
@@ -220,10 +223,10 @@ def _stage_natively(
     spark: Any, settings: ConnectionSettings, w: TableWork, predicates: list[str]
 ) -> dict[int, StagedFile]:
     files = {}
-    for index, path, rows, size in stage_chunks(spark, settings, w.schema, predicates, w.staging):
+    for index, path, rows, size in stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage):
         sid = w.splits[index].split_id
         files[sid] = StagedFile(path, rows, size, [sid])
-    _remove_unlisted(w.staging, {f.path for f in files.values()})
+    _remove_unlisted(w.staging, {f.path for f in files.values()}, w.storage)
     return files
 
 
@@ -254,6 +257,8 @@ def _stage_with_jdbc(
     spark: Any, url: str, props: dict[str, str], w: TableWork, predicates: list[str]
 ) -> dict[int, StagedFile]:
     df = jdbc_frame(spark, url, props, w.schema, predicates, w.chunk_cols)
+    if not is_local(w.staging):  # Spark's JVM has no object-store connector: Python writes the files
+        return _stage_partitions_from_python(df, w, predicates)
     writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
     for name in cdc_types.dictionary_columns(w.schema):
         writer = writer.option(f"parquet.enable.dictionary#{name}", "true")
@@ -261,13 +266,38 @@ def _stage_with_jdbc(
     return _collect_staged(w.staging, w.splits)
 
 
-def _remove_unlisted(staging: str, keep: set[str]) -> None:
+def _stage_partitions_from_python(df: Any, w: TableWork, predicates: list[str]) -> dict[int, StagedFile]:
+    """Write each JDBC partition (= chunk) as one Parquet file from the Python worker (``mapInArrow``)."""
+    staging, storage, target = w.staging.rstrip("/"), w.storage, w.arrow_schema
+    dictionary = cdc_types.dictionary_columns(w.schema) or False
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        index = TaskContext.get().partitionId()
+        parts = [b for b in batches if b.num_rows]
+        table = pa.Table.from_batches(parts).select(target.names).cast(target) if parts else None
+        if table is not None and table.num_rows:
+            path = f"{staging}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
+            size = storage.write_parquet(table, path, use_dictionary=dictionary)
+            yield pa.record_batch([[index], [path], [table.num_rows], [size]], names=["index", "path", "rows", "size"])
+
+    rows = df.mapInArrow(write, "index long, path string, rows long, size long").collect()
+    files = {}
+    for r in rows:
+        sid = w.splits[r["index"]].split_id
+        files[sid] = StagedFile(r["path"], int(r["rows"]), int(r["size"]), [sid])
+    _remove_unlisted(staging, {f.path for f in files.values()}, storage)
+    return files
+
+
+def _remove_unlisted(staging: str, keep: set[str], storage: LakeStorage = LOCAL) -> None:
     """Drop files of failed task attempts (a retried chunk wrote a second file under a new name)."""
-    base = _local(staging)
-    for name in os.listdir(base) if os.path.isdir(base) else []:
+    base = _local(staging).rstrip("/")
+    for name in storage.listdir(base):
         path = f"{base}/{name}"
         if path not in keep and name.endswith(".parquet"):
-            os.remove(path)
+            storage.remove(path)
 
 
 def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:

@@ -34,6 +34,7 @@ from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
+from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
@@ -57,8 +58,10 @@ class BatchApplier:
         manifest: Manifest,
         options: StreamOptions | None = None,
         staging: str | None = None,
+        checkpoint: CheckpointCopy | None = None,
     ):
         self.store = store
+        self.checkpoint = checkpoint
         self.sink = sink
         self.manifest = manifest
         self.options = options or StreamOptions()
@@ -75,6 +78,8 @@ class BatchApplier:
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         t0 = time.monotonic()
+        if self.checkpoint is not None:  # the batch's offsets reach the store before any Delta commit
+            self.checkpoint.push()
         with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
             data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
             self.apply_arrow(data, batch_id, t0, progress)
@@ -185,7 +190,7 @@ class BatchApplier:
             if progress is not None and progress.announced and progress.snapshot().get("key"):
                 done.add(progress.snapshot()["key"])
             for key in done:
-                remove_batch(self.staging, key)
+                remove_batch(self.staging, key, self.store.storage)
         lag_text = f"lag {lag}s" if lag is not None else "no changes"
         log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status.rows, dict(counts), lag_text, status.seconds)
         self.batches += 1
@@ -223,7 +228,7 @@ class BatchApplier:
             for blob in blobs:
                 fold.add(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
             for f in staged:
-                for block in read_staged_blocks(f["path"]):
+                for block in read_staged_blocks(f["path"], self.store.storage):
                     fold.add(block)
                     report("collecting", {"changes_collected": fold.changes})
             result = apply_folded_changes(self.sink, table, fold.buckets(), pk, self.app_id, batch_id,

@@ -95,7 +95,7 @@ class BatchProgress:
         snap: dict[str, Any] = {"batch_id": self.batch_id, **self._range, "phase": phase,
                                 "started_at": self.started, "seconds": seconds}  # fmt: skip
         if phase == "decoding" and self.staging and "start" in self._range:
-            prog = batch_progress(self.staging, self._range["key"])
+            prog = batch_progress(self.staging, self._range["key"], self.store.storage)
             details.setdefault("rows_decoded", prog.get("rows_decoded_by_staging_tasks", 0))
             if prog.get("binlog_bytes"):
                 snap["binlog_bytes"] = prog["binlog_bytes"]

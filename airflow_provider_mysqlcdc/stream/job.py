@@ -28,7 +28,9 @@ from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
+from airflow_provider_mysqlcdc.storage import is_local
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.control import (
     PAUSE_TIMEOUT_SECONDS,
     RELOAD,
@@ -63,15 +65,19 @@ def run_stream(
     while True:
         if store.exists(SCHEMA_CHANGE):  # a crash after a batch met a DDL: follow it first
             follow_schema_change(store, sink, settings)
-        query = start_stream(spark, settings, store, sink, options)
+        checkpoint = checkpoint_copy(store, options)
+        query = start_stream(spark, settings, store, sink, options, checkpoint)
         try:
             why = run_until_stopped(query, stop_event, recorder)
+        except RuntimeError:
+            _close(checkpoint)
+            if not store.exists(SCHEMA_CHANGE):
+                raise
+        else:
+            _close(checkpoint)  # the last commit marker is in the store before a hand-over reads it
             if why == "reload" and recorder is not None and hold_for_handover(recorder, stop_event):
                 continue  # the hand-over is done: the same application runs the new manifest
             return
-        except RuntimeError:
-            if not store.exists(SCHEMA_CHANGE):
-                raise
         try:
             tables = follow_schema_change(store, sink, settings)
         except StreamSchemaError as exc:
@@ -81,17 +87,42 @@ def run_stream(
         log.info("schema of %s followed; restarting the stream from its checkpoint", tables)
 
 
+def checkpoint_copy(store: StateStore, options: StreamOptions | None = None) -> CheckpointCopy | None:
+    """A local copy of the stream's checkpoint when the state store is an object store (Spark writes
+    its checkpoint through Hadoop, which may have no connector for it: ``stream/checkpoint_copy.py``),
+    restored from the store; None for a local state store."""
+    if is_local(store.state_root):
+        return None
+    copy = CheckpointCopy(store, checkpoint_dir(store), (options or StreamOptions()).scratch_dir)
+    copy.restore()
+    return copy
+
+
+def _close(checkpoint: CheckpointCopy | None) -> None:
+    if checkpoint is not None:
+        try:
+            checkpoint.push()
+        finally:
+            checkpoint.close()
+
+
 def start_stream(
     spark: Any,
     settings: ConnectionSettings,
     store: StateStore,
     sink: DeltaSink,
     options: StreamOptions | None = None,
+    checkpoint: CheckpointCopy | None = None,
 ) -> Any:
-    """Start the streaming query from the manifest in the state store (or its checkpoint)."""
+    """Start the streaming query from the manifest in the state store (or its checkpoint).
+
+    With an object-store state store the query checkpoints to ``checkpoint`` (made here if not
+    given), whose new files every micro-batch copies into the store before it applies anything."""
     from airflow_provider_mysqlcdc.stream.spark_source import register
 
     opts = options or StreamOptions()
+    if checkpoint is None:
+        checkpoint = checkpoint_copy(store, opts)
     manifest = store.read_manifest()
     if manifest is None:
         raise FileNotFoundError(
@@ -104,25 +135,27 @@ def start_stream(
             sink.claim(t)  # a table created before owners were recorded
     register(spark)
     staging = store.url(STAGED)
-    clear_staging(staging)  # no batch runs yet: whatever is staged belongs to a batch that will be replayed
-    reader = (
-        spark.readStream.format("mysql_binlog")
-        .option("source", json.dumps(settings.to_dict()))
-        .option("manifest", store.url(MANIFEST))
-        .option("staging", staging)
-    )
+    # no batch runs yet: whatever is staged belongs to a batch that will be replayed
+    clear_staging(staging, store.storage)
+    reader = spark.readStream.format("mysql_binlog").option("manifest", store.url(MANIFEST)).option("staging", staging)
+    if not opts.source_env:
+        reader = reader.option("source", json.dumps(settings.to_dict()))
+    if not opts.storage_env and store.storage.options:
+        reader = reader.option("storage", store.storage.to_json())
     for k, v in opts.source_options().items():
         reader = reader.option(k, v)
-    applier = BatchApplier(store, sink, manifest, opts, staging)
+    applier = BatchApplier(store, sink, manifest, opts, staging, checkpoint)
+    location = checkpoint.local if checkpoint is not None else store.url(checkpoint_dir(store, manifest))
     query = (
         reader.load()
         .writeStream.queryName(f"mysqlcdc-{store.pipeline_id}")
         .foreachBatch(applier)
-        .option("checkpointLocation", store.url(checkpoint_dir(store, manifest)))
+        .option("checkpointLocation", location)
         .trigger(processingTime=f"{opts.trigger_seconds} seconds")
         .start()
     )
-    log.info("stream %s started (checkpoint %s)", store.pipeline_id, store.url(checkpoint_dir(store, manifest)))
+    log.info("stream %s started (checkpoint %s%s)", store.pipeline_id, store.url(checkpoint_dir(store, manifest)),
+             f", worked on in {location}" if checkpoint is not None else "")  # fmt: skip
     return query
 
 

@@ -28,6 +28,12 @@ class StreamOptions:
     scratch_dir: str | None = None  # local scratch space of the driver; None = the system temp dir
     # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
+    # Environment variables holding the source connection and the lake's storage options. A job
+    # started by spark-submit has them (hooks/spark_submit.py); the binlog source then reads them
+    # itself, so no secret is ever a source option (options show in query plans and event logs).
+    # None: passed as options (a stream run inside a test or a notebook).
+    source_env: str | None = None
+    storage_env: str | None = None
 
     def __post_init__(self) -> None:
         if self.apply_memory_mb < 16:
@@ -35,6 +41,10 @@ class StreamOptions:
 
     def source_options(self) -> dict[str, str]:
         out: dict[str, str] = {}
+        if self.source_env:
+            out["source_env"] = self.source_env
+        if self.storage_env:
+            out["storage_env"] = self.storage_env
         if self.max_events_per_trigger:
             out["max_events_per_trigger"] = str(self.max_events_per_trigger)
         if self.max_bytes_per_trigger:

@@ -72,6 +72,7 @@ from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader, BinlogReaderInterrupted
 from airflow_provider_mysqlcdc.mysql.connection import SourceConnectionError
 from airflow_provider_mysqlcdc.mysql.rows_decoder import key_image_columns
+from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage
 from airflow_provider_mysqlcdc.stream.staged_blocks import StagedBlockWriter, read_staged_blocks
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     emit_to = BinlogOffset.from_dict(part.emit_to) if part.emit_to else None
     # Output beyond max_inline_bytes goes to staged files instead of through Spark (see
     # stream/staged_blocks.py); None when the query has no staging directory.
-    staged = StagedBlockWriter(reader.staging, part.batch, part.index) if reader.staging else None
+    staged = StagedBlockWriter(reader.staging, part.batch, part.index, reader.storage) if reader.staging else None
     inline_bytes = 0
     decoded = 0
     out: list[dict[str, Any]] = []  # block rows waiting to be yielded
@@ -269,7 +270,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
         yield flush()
 
 
-def expand_changes(data: pa.Table) -> list[dict[str, Any]]:
+def expand_changes(data: pa.Table, storage: LakeStorage = LOCAL) -> list[dict[str, Any]]:
     """Collected :data:`SCHEMA` output as one dict per change, in ``seq`` order.
 
     A change: ``op, tbl, before, after, file, pos, file_num, event_pos, row_index, seq, commit_ts``
@@ -285,7 +286,7 @@ def expand_changes(data: pa.Table) -> list[dict[str, Any]]:
                         "row_index": 0, "seq": row["first_seq"], "commit_ts": row["commit_ts"]})  # fmt: skip
             continue
         if row["kind"] == "staged":
-            block = pa.Table.from_batches(list(read_staged_blocks(json.loads(row["info"])["path"])))
+            block = pa.Table.from_batches(list(read_staged_blocks(json.loads(row["info"])["path"], storage)))
         else:
             block = decode_blocks([row["block"]])
         assert block is not None

@@ -86,6 +86,7 @@ from airflow_provider_mysqlcdc.mysql.binlog_ranges import (
 )
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, binlog_files, current_offset
+from airflow_provider_mysqlcdc.storage import LakeStorage
 from airflow_provider_mysqlcdc.stream.partition_read import (
     BLOCK_ROWS,
     DEFAULT_RECONNECT_TIMEOUT,
@@ -156,13 +157,23 @@ def _int_option(options: Any, name: str, default: int | None, minimum: int) -> i
     return value
 
 
-def _read_manifest(path: str) -> Manifest:
-    """Read the manifest file (local path or fsspec URL) on the driver."""
-    from fsspec.core import url_to_fs
+def _secret_option(options: Any, name: str, env_option: str) -> str | None:
+    """Option ``name``, or the environment variable named by option ``env_option`` (a job started by
+    spark-submit has its secrets in its environment; options show in query plans and event logs)."""
+    env = options.get(env_option)
+    if env:
+        value = os.environ.get(str(env))
+        if not value:
+            raise ValueError(f"option {env_option} of the {NAME} source names ${env}, which is not set")
+        return value
+    value = options.get(name)
+    return None if value is None else str(value)
 
-    fs, p = url_to_fs(path)
+
+def _read_manifest(path: str, storage: LakeStorage) -> Manifest:
+    """Read the manifest file (local path or object-store URL) on the driver."""
     try:
-        with fs.open(p, "rb") as f:
+        with storage.open(path, "rb") as f:
             text = f.read().decode("utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(
@@ -176,16 +187,22 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def __init__(self, schema: StructType, options: Any, default_readers: int | None = None):
         self.schema = schema
-        src = options.get("source")
+        src = _secret_option(options, "source", "source_env")
         if not src:
-            raise ValueError(f"the {NAME} source needs option 'source' (ConnectionSettings JSON)")
+            raise ValueError(
+                f"the {NAME} source needs option 'source' (ConnectionSettings JSON) or 'source_env' (the environment "
+                "variable holding it)"
+            )
         self.source = json.loads(src) if isinstance(src, str) else dict(src)
+        # Credentials of the object store holding the manifest and the staging directory; they
+        # travel to the tasks inside the pickled reader, never in a Spark conf.
+        self.storage = LakeStorage.from_json(_secret_option(options, "storage", "storage_env"))
         path = options.get("manifest")
         if not path:
             raise ValueError(f"the {NAME} source needs option 'manifest' (path of the stream manifest JSON)")
         self.manifest_path = str(path)
         # Read once, on the driver: the content travels to the tasks with the pickled reader.
-        self.manifest = _read_manifest(self.manifest_path)
+        self.manifest = _read_manifest(self.manifest_path, self.storage)
         self.tables = sorted(self.manifest.tables)
         self.max_events = _int_option(options, "max_events_per_trigger", None, 1)
         self.max_bytes = _int_option(options, "max_bytes_per_trigger", None, 1)
@@ -349,7 +366,8 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
                      len(slices))  # fmt: skip
             try:
                 write_batch_info(self.staging, batch, {"start": start, "end": end, "binlog_bytes": size,
-                                                       "slices": len(slices), "planned_at": time.time()})  # fmt: skip
+                                                       "slices": len(slices), "planned_at": time.time()},
+                                 self.storage)  # fmt: skip
             except OSError as exc:  # informative only
                 log.debug("could not record the batch plan: %s", exc)
         share = self.max_inline_bytes // len(slices)

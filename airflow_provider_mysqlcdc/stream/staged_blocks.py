@@ -32,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, is_local
 
 log = logging.getLogger(__name__)
 
@@ -43,18 +44,16 @@ def batch_key(start: BinlogOffset, end: BinlogOffset) -> str:
     return f"{start.file}.{start.pos}-{end.file}.{end.pos}"
 
 
-def _fs(url: str) -> tuple[Any, str, bool]:
+def _fs(url: str, storage: LakeStorage) -> tuple[Any, str, bool]:
     """(fsspec filesystem or None for a local path, path, is_local)."""
-    if "://" not in url or url.startswith("file://"):
+    if is_local(url):
         return None, url.removeprefix("file://"), True
-    from fsspec.core import url_to_fs
-
-    fs, path = url_to_fs(url)
+    fs, path = storage.filesystem(url)
     return fs, path, False
 
 
-def _write_json(url: str, obj: Any) -> None:
-    fs, path, local = _fs(url)
+def _write_json(url: str, obj: Any, storage: LakeStorage) -> None:
+    fs, path, local = _fs(url, storage)
     data = json.dumps(obj).encode()
     if local:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -67,8 +66,8 @@ def _write_json(url: str, obj: Any) -> None:
             f.write(data)
 
 
-def _read_json(url: str) -> Any:
-    fs, path, local = _fs(url)
+def _read_json(url: str, storage: LakeStorage) -> Any:
+    fs, path, local = _fs(url, storage)
     try:
         if local:
             with open(path, "rb") as f:
@@ -82,8 +81,9 @@ def _read_json(url: str) -> Any:
 class StagedBlockWriter:
     """A decoding task's staged output: one Arrow IPC file per table, opened on first use."""
 
-    def __init__(self, staging: str, batch: str, task: int):
+    def __init__(self, staging: str, batch: str, task: int, storage: LakeStorage = LOCAL):
         self.dir = f"{staging.rstrip('/')}/{batch}"
+        self.storage = storage
         self.task = task
         self.attempt = uuid.uuid4().hex[:10]  # a retried task writes new files; only the reported ones count
         self._files: dict[str, dict[str, Any]] = {}
@@ -99,7 +99,7 @@ class StagedBlockWriter:
         info = self._files.get(table)
         if info is None:
             url = f"{self.dir}/part-{self.task:05d}-{self.attempt}-{len(self._files):04d}.arrow"
-            fs, path, local = _fs(url)
+            fs, path, local = _fs(url, self.storage)
             if local:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 sink = pa.OSFile(path, "wb")
@@ -125,7 +125,8 @@ class StagedBlockWriter:
         self._last_progress = now
         try:
             _write_json(f"{self.dir}/progress-{self.task:05d}.json",
-                        {"task": self.task, "decoded": decoded, "position": position, "at": time.time()})  # fmt: skip
+                        {"task": self.task, "decoded": decoded, "position": position, "at": time.time()},
+                        self.storage)  # fmt: skip
         except OSError as exc:  # progress is informative; never fail the read for it
             log.debug("could not write progress: %s", exc)
 
@@ -139,9 +140,9 @@ class StagedBlockWriter:
         return list(self._files.values())
 
 
-def read_staged_blocks(url: str) -> Iterator[pa.RecordBatch]:
+def read_staged_blocks(url: str, storage: LakeStorage = LOCAL) -> Iterator[pa.RecordBatch]:
     """The blocks of one staged file, one at a time."""
-    fs, path, local = _fs(url)
+    fs, path, local = _fs(url, storage)
     src = pa.OSFile(path, "rb") if local else fs.open(path, "rb")
     with src:
         reader = pa.ipc.open_file(src)
@@ -149,15 +150,15 @@ def read_staged_blocks(url: str) -> Iterator[pa.RecordBatch]:
             yield reader.get_batch(i)
 
 
-def write_batch_info(staging: str, batch: str, info: dict[str, Any]) -> None:
-    _write_json(f"{staging.rstrip('/')}/{batch}/{BATCH_INFO}", info)
+def write_batch_info(staging: str, batch: str, info: dict[str, Any], storage: LakeStorage = LOCAL) -> None:
+    _write_json(f"{staging.rstrip('/')}/{batch}/{BATCH_INFO}", info, storage)
 
 
-def batch_progress(staging: str, batch: str) -> dict[str, Any]:
+def batch_progress(staging: str, batch: str, storage: LakeStorage = LOCAL) -> dict[str, Any]:
     """The batch's planned range and bytes (if recorded) and the changes its tasks decoded so far."""
     base = f"{staging.rstrip('/')}/{batch}"
-    info = _read_json(f"{base}/{BATCH_INFO}") or {}
-    fs, path, local = _fs(base)
+    info = _read_json(f"{base}/{BATCH_INFO}", storage) or {}
+    fs, path, local = _fs(base, storage)
     try:
         names = os.listdir(path) if local else [p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)]
     except (FileNotFoundError, NotADirectoryError):
@@ -166,24 +167,24 @@ def batch_progress(staging: str, batch: str) -> dict[str, Any]:
     tasks = 0
     for name in names:
         if name.startswith("progress-") and name.endswith(".json"):
-            rec = _read_json(f"{base}/{name}") or {}
+            rec = _read_json(f"{base}/{name}", storage) or {}
             decoded += int(rec.get("decoded", 0))
             tasks += 1
     return {**info, "rows_decoded_by_staging_tasks": decoded, "staging_tasks": tasks}
 
 
-def remove_batch(staging: str, batch: str) -> None:
+def remove_batch(staging: str, batch: str, storage: LakeStorage = LOCAL) -> None:
     """Drop a batch's staged files once it is applied (they are never read again)."""
-    _remove(f"{staging.rstrip('/')}/{batch}")
+    _remove(f"{staging.rstrip('/')}/{batch}", storage)
 
 
-def clear_staging(staging: str) -> None:
+def clear_staging(staging: str, storage: LakeStorage = LOCAL) -> None:
     """Drop everything staged (at stream start no batch is running; a replay stages afresh)."""
-    _remove(staging.rstrip("/"))
+    _remove(staging.rstrip("/"), storage)
 
 
-def _remove(url: str) -> None:
-    fs, path, local = _fs(url)
+def _remove(url: str, storage: LakeStorage) -> None:
+    fs, path, local = _fs(url, storage)
     try:
         if local:
             import shutil

@@ -21,8 +21,10 @@ class MySqlCdcStreamTrigger(BaseTrigger):
         target_offset: dict[str, Any] | None = None,
         max_lag_seconds: float | None = None,
         poll_interval: float = 5.0,
+        storage_conn_id: str | None = None,
     ) -> None:
         super().__init__()
+        self.storage_conn_id = storage_conn_id  # a connection id, never the keys: triggers are serialized
         self.state_root = state_root
         self.pipeline_id = pipeline_id
         self.target_offset = target_offset
@@ -38,15 +40,18 @@ class MySqlCdcStreamTrigger(BaseTrigger):
                 "target_offset": self.target_offset,
                 "max_lag_seconds": self.max_lag_seconds,
                 "poll_interval": self.poll_interval,
+                "storage_conn_id": self.storage_conn_id,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+        from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
         from airflow_provider_mysqlcdc.state import StateStore
         from airflow_provider_mysqlcdc.stream.control import stream_state, watch_condition
 
-        store = StateStore(self.state_root, self.pipeline_id)
+        storage = await asyncio.to_thread(lake_storage, self.storage_conn_id)
+        store = StateStore(self.state_root, self.pipeline_id, storage)
         target = BinlogOffset.from_dict(self.target_offset) if self.target_offset else None
         while True:
             state = await asyncio.to_thread(stream_state, store)
