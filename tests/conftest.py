@@ -99,3 +99,29 @@ def spark():  # type: ignore[no-untyped-def]
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():  # type: ignore[no-untyped-def]
+    """moto's S3 server on 127.0.0.1 with one bucket (``tests/support/s3_server.py``; starts in ~1.5 s)."""
+    from tests.support.s3_server import S3Server
+
+    server = S3Server()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster():  # type: ignore[no-untyped-def]
+    """A standalone Spark master and two 1-core workers (``tests/support/spark_cluster.py``; ~10 s to start)."""
+    from tests.support.spark_cluster import SparkCluster
+
+    cluster = SparkCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
