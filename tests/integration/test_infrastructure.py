@@ -131,9 +131,9 @@ def test_killing_an_executor_mid_job_reschedules_and_the_result_is_exact(
 ) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()
-    parts, n = 4, 10_000
+    parts, n = 2, 10_000  # one task per executor: the killed one's task must run again
     # the S3 config rides along only to prove it never leaks (argv, environment page, event log)
-    cfg = {"marker_dir": str(markers), "sleep_seconds": 6, "partitions": parts, "n": n,
+    cfg = {"marker_dir": str(markers), "sleep_seconds": 5, "partitions": parts, "n": n,
            "s3": s3_server.endpoint.as_dict()}
     ui_port = free_port()
     result = tmp_path / "slow.json"
@@ -144,7 +144,8 @@ def test_killing_an_executor_mid_job_reschedules_and_the_result_is_exact(
             assert proc.poll() is None, result.with_suffix(".log").read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "no two tasks started within 60 s"
             time.sleep(0.1)
-        executors = spark_cluster.executor_pids()
+        (app_id,) = spark_cluster.active_app_ids()
+        executors = spark_cluster.executor_pids(app_id)
         assert len(executors) == 2, executors
 
         secret = s3_server.secret_access_key
@@ -156,6 +157,7 @@ def test_killing_an_executor_mid_job_reschedules_and_the_result_is_exact(
         os.killpg(proc.pid, signal.SIGKILL)
         raise
     out = _finish(proc, result, 120)
+    assert out["app_id"] == app_id
 
     results = sorted(out["results"], key=lambda r: r["partition"])
     assert [r["partition"] for r in results] == list(range(parts))

@@ -276,8 +276,13 @@ class SparkCluster:
             f"--- {d.name} ({d.log_path}) ---\n{d.log_tail(n)}" for d in [self._master, *self._workers] if d
         )
 
-    def executor_pids(self) -> list[int]:
-        """Pids of the executor JVMs (``CoarseGrainedExecutorBackend``) that are children of this cluster's workers."""
+    def active_app_ids(self) -> list[str]:
+        """Ids of the applications the master lists as running."""
+        return [str(a["id"]) for a in self.master_json().get("activeapps", [])]
+
+    def executor_pids(self, app_id: str | None = None) -> list[int]:
+        """Pids of the executor JVMs (``CoarseGrainedExecutorBackend``) that are children of this cluster's
+        workers; ``app_id`` keeps those of one application (its argv carries ``--app-id <id>``)."""
         workers = set(self.worker_pids)
         out = []
         for entry in Path("/proc").iterdir():
@@ -285,7 +290,7 @@ class SparkCluster:
                 continue
             pid = int(entry.name)
             argv = _read_cmdline(pid)
-            if argv and EXECUTOR_MAIN in argv and _is_descendant(pid, workers):
+            if argv and EXECUTOR_MAIN in argv and (app_id is None or app_id in argv) and _is_descendant(pid, workers):
                 out.append(pid)
         return sorted(out)
 
