@@ -39,14 +39,14 @@ def _submit(
 ) -> subprocess.Popen[bytes]:
     env = cluster.submit_env()
     env["CLUSTER_JOB_CONFIG"] = json.dumps(cfg)  # the secret travels in the environment, not argv
-    log = open(result.with_suffix(".log"), "wb")
-    return subprocess.Popen(
-        cluster.spark_submit_cmd(cluster_jobs.__file__, job, str(result), conf=conf),
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(result.with_suffix(".log"), "wb") as log:  # the child keeps its own copy of the fd
+        return subprocess.Popen(
+            cluster.spark_submit_cmd(cluster_jobs.__file__, job, str(result), conf=conf),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _finish(proc: subprocess.Popen[bytes], result: Path, timeout: float) -> dict[str, Any]:
@@ -133,14 +133,14 @@ def test_killing_an_executor_mid_job_reschedules_and_the_result_is_exact(
     markers.mkdir()
     parts, n = 2, 10_000  # one task per executor: the killed one's task must run again
     # the S3 config rides along only to prove it never leaks (argv, environment page, event log)
-    cfg = {"marker_dir": str(markers), "sleep_seconds": 5, "partitions": parts, "n": n,
+    cfg = {"marker_dir": str(markers), "hold_seconds": 60, "partitions": parts, "n": n,
            "s3": s3_server.endpoint.as_dict()}
     ui_port = free_port()
     result = tmp_path / "slow.json"
     proc = _submit(spark_cluster, "slow", cfg, result, conf={"spark.ui.port": str(ui_port)})
     try:
         deadline = time.monotonic() + 60
-        while len(list(markers.iterdir())) < 2:  # one task sleeping on each executor
+        while len(list(markers.iterdir())) < 2:  # one task held on each executor
             assert proc.poll() is None, result.with_suffix(".log").read_text(errors="replace")[-4000:]
             assert time.monotonic() < deadline, "no two tasks started within 60 s"
             time.sleep(0.1)
@@ -153,6 +153,7 @@ def test_killing_an_executor_mid_job_reschedules_and_the_result_is_exact(
         assert scan_spark_environment([secret], f"http://127.0.0.1:{ui_port}") == []
 
         os.kill(executors[0], signal.SIGKILL)
+        (markers / "release").touch()  # the surviving task may finish; the killed one must run again
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         raise

@@ -11,8 +11,9 @@ is done from Python, through s3fs and pyarrow, inside the tasks. This file impor
 
 * ``write``: each task imports the provider and pyarrow, writes its rows as one Parquet file to
   the S3 server; the driver reads the directory back.
-* ``slow``: each task's first attempt leaves a marker file and sleeps, so a test can kill an
-  executor JVM mid-task; the result says which attempt produced each partition.
+* ``slow``: each task's first attempt leaves a marker file and waits until the test creates
+  ``<marker_dir>/release`` (at most ``hold_seconds``), so a test can kill an executor JVM while
+  every task is running; the result says which attempt produced each partition.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def write_job(sc: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def slow_job(sc: Any, cfg: dict[str, Any]) -> dict[str, Any]:
-    marker_dir, sleep_s, parts, n = cfg["marker_dir"], float(cfg["sleep_seconds"]), int(cfg["partitions"]), cfg["n"]
+    marker_dir, hold_s, parts, n = cfg["marker_dir"], float(cfg["hold_seconds"]), int(cfg["partitions"]), cfg["n"]
 
     def run(index: int, it: Any) -> Any:
         from pyspark import TaskContext
@@ -84,7 +85,10 @@ def slow_job(sc: Any, cfg: dict[str, Any]) -> dict[str, Any]:
         if attempt == 0:
             with open(os.path.join(marker_dir, f"p{index}-pid{os.getpid()}"), "w") as f:
                 f.write(str(time.time()))
-            time.sleep(sleep_s)
+            # hold until the test releases us (after killing an executor), at most hold_s
+            deadline = time.monotonic() + hold_s
+            while not os.path.exists(os.path.join(marker_dir, "release")) and time.monotonic() < deadline:
+                time.sleep(0.1)
         yield {"partition": index, "attempt": attempt, "count": len(values), "sum": sum(values)}
 
     results = sc.parallelize(range(n), parts).mapPartitionsWithIndex(run).collect()
