@@ -30,7 +30,8 @@ CONN_FIELDS: dict[str, dict[str, Any]] = {
     },
     "server_id_range": {
         "label": "Replication server_id range",
-        "description": "lo-hi; each binlog reader takes a unique server_id from it (default 5400-6400)",
+        "description": "lo-hi; each binlog reader takes its own server_id from it: at least stream readers + "
+        "parallel snapshot groups ids (default 5400-6400)",
         "schema": {"type": ["string", "null"], "default": "5400-6400"},
     },
 }

@@ -43,9 +43,11 @@ from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, bui
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.plan_record import OffsetStart, PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError, check_source
+from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
@@ -111,12 +113,21 @@ def plan_run(
     stop_timeout: float = 300.0,
     table_owner: Callable[[str], str | None] | None = None,
     airflow_run_id: str | None = None,
+    server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE,
 ) -> PlanOutcome:
     """Check, decide, split, and record the plan. See the module doc.
 
     ``table_owner`` tells which pipeline owns an existing Delta table (``DeltaSink.owner_of``);
     ``airflow_run_id`` is recorded in the plan so a plan can be matched to its DAG run.
+    ``server_id_range`` is the connection's: it must hold ``config.stream_readers`` plus
+    ``config.max_parallel_groups`` ids, and the plan makes no more groups than its snapshot block
+    has ids, so every group's binlog window reader has its own (``core/server_ids.py``).
     """
+    try:
+        server_ids = ServerIdLayout(server_id_range, config.stream_readers)
+        server_ids.check(config.max_parallel_groups)
+    except ServerIdRangeError as exc:
+        raise PipelineStateError(str(exc)) from None
     report = check_source(conn, config.tables, config.chunk_key_columns)
     if not report.ok:
         raise SourceCheckError(report)
@@ -146,9 +157,16 @@ def plan_run(
     stopped = None
     record = PlanRecord()
     if snapshot_tables:
+        max_groups = min(MAX_MAPPED_GROUPS, server_ids.max_groups)
         plan = plan_snapshot(
-            conn, snapshot_tables, config.chunk_size, config.chunks_per_task, config.chunk_key_columns
+            conn, snapshot_tables, config.chunk_size, config.chunks_per_task, config.chunk_key_columns, max_groups
         )
+        if max_groups < MAX_MAPPED_GROUPS and len(plan.splits) > max_groups * config.chunks_per_task:
+            notes.append(
+                f"{len(plan.splits)} chunks packed into {max_groups} groups (more than chunks_per_task="
+                f"{config.chunks_per_task} each): server_id_range {server_ids.lo}-{server_ids.hi} has "
+                f"{server_ids.max_groups} ids for snapshot groups; widen it for more, smaller groups"
+            )
         _check_proportions(plan, config)
         record = PlanRecord.from_dict(plan.to_dict())
         groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]

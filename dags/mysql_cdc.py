@@ -47,6 +47,11 @@ PIPELINE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 DEFAULT_SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")
 DEFAULT_STATE_ROOT = os.environ.get("MYSQLCDC_STATE_ROOT", "/tmp/mysqlcdc/state")
 DEFAULT_STORAGE_CONN_ID = os.environ.get("MYSQLCDC_STORAGE_CONN_ID", "")
+# Snapshot groups running at once, and the stream's binlog decoders: each takes its own replication
+# server_id from the connection's server_id_range, which the plan task checks holds both (README
+# "Connections"). Mapped-task concurrency is not templated, so it is a constant here.
+MAX_PARALLEL_GROUPS = 16
+STREAM_READERS = 8
 DEFAULT_TABLES = [t.strip() for t in os.environ.get("MYSQLCDC_TABLES", "shop.orders").split(",") if t.strip()]
 
 P = "params"  # shorthand for templates below
@@ -161,6 +166,8 @@ with DAG(
         takeover_tables="{{ params.takeover_tables }}",
         allow_large_plan="{{ params.allow_large_plan }}",
         storage_conn_id="{{ params.storage_conn_id }}",
+        stream_readers=STREAM_READERS,
+        max_parallel_groups=MAX_PARALLEL_GROUPS,
     )
     # The plan's group descriptors carry the pipeline id and roots; the plan in the state store
     # carries the rest of the pipeline's config (skip_backfill, startup_mode...).
@@ -168,6 +175,7 @@ with DAG(
         task_id="snapshot",
         conf="{{ params.spark_conf }}",
         map_index_template="{{ task.group_label }}",
+        max_active_tis_per_dagrun=MAX_PARALLEL_GROUPS,
         retries=1,
         retry_delay=timedelta(seconds=10),
     ).expand_kwargs(plan.output)
@@ -178,6 +186,7 @@ with DAG(
         plan_id=plan.output["plan_id"],  # the plan has the sink root and startup mode
         snapshot_summaries=snapshot.output,
         stream_mode="{{ params.stream_mode }}",
+        readers=STREAM_READERS,
         conf="{{ params.spark_conf }}",
         storage_conn_id="{{ params.storage_conn_id }}",
     )

@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
 
 STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only")
 #: Below this chunk size, or above MAX_CHUNKS_PER_TABLE chunks for one table, a plan is refused
@@ -69,6 +70,10 @@ class PipelineConfig:
     chunk_key_columns: dict[str, list[str]] = field(default_factory=dict)
     takeover_tables: list[str] = field(default_factory=list)
     allow_large_plan: bool = False
+    # server_id budget (core/server_ids.py): the stream's decoders, and how many snapshot groups
+    # (mapped tasks) run at once; the plan refuses a server_id_range too small for both.
+    stream_readers: int = DEFAULT_STREAM_READERS
+    max_parallel_groups: int = DEFAULT_MAX_PARALLEL_GROUPS
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     def to_dict(self) -> dict[str, Any]:
@@ -139,6 +144,11 @@ class PipelineConfig:
         chunks_per_task = _int(
             "chunks_per_task", params.get("chunks_per_task", DEFAULT_CHUNKS_PER_TASK), 1, 100_000, problems
         )
+        stream_readers = _int("stream_readers", _given(params, "stream_readers", DEFAULT_STREAM_READERS), 1, 1024,
+                              problems)  # fmt: skip
+        max_parallel_groups = _int("max_parallel_groups",
+                                   _given(params, "max_parallel_groups", DEFAULT_MAX_PARALLEL_GROUPS), 1, 1024,
+                                   problems)  # fmt: skip
         mode = params.get("startup_mode") or "initial"
         if mode not in STARTUP_MODES:
             problems.append(f"startup_mode {mode!r} is not one of {list(STARTUP_MODES)}")
@@ -194,8 +204,16 @@ class PipelineConfig:
             chunk_key_columns={_norm_table(k): list(v) for k, v in ck.items()},
             takeover_tables=takeover,
             allow_large_plan=bool(allow_large),
+            stream_readers=int(stream_readers),  # type: ignore[arg-type]
+            max_parallel_groups=int(max_parallel_groups),  # type: ignore[arg-type]
             notes=notes,
         )
+
+
+def _given(params: dict[str, Any], name: str, default: Any) -> Any:
+    """``params[name]``, or ``default`` when it is missing, None or empty text (an unset template)."""
+    v = params.get(name)
+    return default if v is None or (isinstance(v, str) and not v.strip()) else v
 
 
 def _norm_table(t: str) -> str:

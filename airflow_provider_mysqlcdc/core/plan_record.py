@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
 from airflow_provider_mysqlcdc.core.table import TableSchema
 
 
@@ -91,6 +92,15 @@ class PlanRecord:
     @property
     def startup_mode(self) -> str:
         return str(self.pipeline.get("startup_mode", "initial"))
+
+    @property
+    def stream_readers(self) -> int:
+        """The stream's decoders the plan reserved server_ids for (``core/server_ids.py``)."""
+        return int(self.pipeline.get("stream_readers") or DEFAULT_STREAM_READERS)
+
+    @property
+    def max_parallel_groups(self) -> int:
+        return int(self.pipeline.get("max_parallel_groups") or DEFAULT_MAX_PARALLEL_GROUPS)
 
     @property
     def group_ids(self) -> list[int]:

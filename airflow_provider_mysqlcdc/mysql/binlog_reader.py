@@ -69,6 +69,10 @@ _ONLY_EVENTS = [
 ]
 
 
+#: The host name every reader reports to the source in SHOW SLAVE HOSTS.
+REPORT_HOST = "mysqlcdc"
+
+
 class BinlogRangeReader(BinlogEventStateMachine):
     """Iterate the row changes of ``tables`` in ``[start, end)``; track a resumable position.
 
@@ -174,6 +178,9 @@ class BinlogRangeReader(BinlogEventStateMachine):
         return BinLogStreamReader(
             connection_settings=conn_kw,
             server_id=self.server_id,
+            # Registered as a replica named "mysqlcdc": SHOW SLAVE HOSTS (SHOW REPLICAS) lists every
+            # running reader with its server_id (docs/architecture.md, "Replication server_ids").
+            report_slave=REPORT_HOST,
             # is_mariadb=True without auto_position ignores log_file/log_pos (docs/architecture.md,
             # "Pitfalls"); the file/pos dump works on MariaDB with is_mariadb=False.
             is_mariadb=False,

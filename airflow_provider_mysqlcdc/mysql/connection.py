@@ -7,8 +7,6 @@ free of Airflow lets Spark executors and the CLI use it too.
 
 from __future__ import annotations
 
-import itertools
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,25 +93,3 @@ class ConnectionSettings:
             d["server_id_range"] = tuple(int(x) for x in d["server_id_range"])
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
-
-
-class ServerIdAllocator:
-    """Hands out replication ``server_id``s from a configured range, never two alike in a process.
-
-    Two replicas with the same ``server_id`` kick each other off the server, so each binlog reader
-    (snapshot window, each streaming decoder) takes its own id. The start point mixes in the pid so
-    concurrent processes on one machine (mapped tasks) rarely collide; the range must be sized for
-    the readers that run at once (default 1000 ids).
-    """
-
-    def __init__(self, id_range: tuple[int, int]):
-        lo, hi = id_range
-        if not (1 <= lo <= hi < 2**32):
-            raise ValueError(f"server_id range must satisfy 1 <= lo <= hi < 2^32, got {id_range}")
-        self.lo, self.hi = lo, hi
-        span = hi - lo + 1
-        self._counter = itertools.count((os.getpid() * 7919) % span)
-
-    def next(self) -> int:
-        span = self.hi - self.lo + 1
-        return self.lo + next(self._counter) % span

@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, PipelineConfig, PipelineConfigError
+from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -48,6 +49,12 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
         re-snapshotted by this pipeline; the other pipeline's stream then refuses to write them)
     :param allow_large_plan: allow a chunk size below 100 rows or more than 10,000 chunks per table
+    :param stream_readers: the stream's binlog decoders (the stream operator's ``readers`` defaults to
+        it and may not exceed it): they take the first ids of the connection's ``server_id_range``
+    :param max_parallel_groups: how many snapshot groups run at once (set the mapped snapshot task's
+        ``max_active_tis_per_dagrun`` to it). The plan refuses a ``server_id_range`` smaller than
+        ``stream_readers + max_parallel_groups``, naming the size needed (docs/architecture.md,
+        "Replication server_ids")
     :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
     :param storage_conn_id: the connection with the object-store credentials of ``sink_root`` and
         ``state_root`` (e.g. ``aws_default``: ``hooks/object_storage.py``); passed on to the
@@ -71,6 +78,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         "takeover_tables",
         "allow_large_plan",
         "storage_conn_id",
+        "stream_readers",
+        "max_parallel_groups",
     )
     ui_color = "#e8f4fd"
 
@@ -91,6 +100,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         chunk_key_columns: dict[str, list[str]] | str | None = None,
         takeover_tables: list[str] | str | None = None,
         allow_large_plan: bool | str = False,
+        stream_readers: int | str = DEFAULT_STREAM_READERS,
+        max_parallel_groups: int | str = DEFAULT_MAX_PARALLEL_GROUPS,
         mysql_cdc_conn_id: str = "mysql_cdc_default",
         storage_conn_id: str | None = None,
         stop_timeout: float = 300.0,
@@ -111,6 +122,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.chunk_key_columns = chunk_key_columns
         self.takeover_tables = takeover_tables
         self.allow_large_plan = allow_large_plan
+        self.stream_readers = stream_readers
+        self.max_parallel_groups = max_parallel_groups
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
         self.storage_conn_id = storage_conn_id or None
         self.stop_timeout = stop_timeout
@@ -131,6 +144,8 @@ class MySqlCdcPlanOperator(BaseOperator):
             chunk_key_columns=self.chunk_key_columns,
             takeover_tables=self.takeover_tables,
             allow_large_plan=self.allow_large_plan,
+            stream_readers=self.stream_readers,
+            max_parallel_groups=self.max_parallel_groups,
         )
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
@@ -166,7 +181,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         try:
             with hook.connection() as conn:
                 outcome = plan_run(conn, store, config, plan_id, sink.exists, self.stop_timeout,
-                                   table_owner=sink.owner_of, airflow_run_id=run_id)  # fmt: skip
+                                   table_owner=sink.owner_of, airflow_run_id=run_id,
+                                   server_id_range=hook.settings.server_id_range)  # fmt: skip
         except (SourceCheckError, SourceSchemaError, BinlogUnavailableError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
         for note in outcome.notes:

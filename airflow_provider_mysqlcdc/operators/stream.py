@@ -47,7 +47,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
     :param snapshot_summaries: the mapped snapshot tasks' XComs (``snapshot.output``)
     :param stream_mode: ``detached`` or ``attached`` (see above)
     :param trigger_seconds: the stream's micro-batch trigger interval
-    :param readers: binlog decoders reading in parallel
+    :param readers: binlog decoders reading in parallel; default and maximum: the plan's
+        ``stream_readers``, the stream's share of the connection's ``server_id_range``
     :param max_bytes_per_trigger: binlog bytes one micro-batch may take
     :param start_timeout: seconds a detached stream has to report running
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
@@ -122,6 +123,14 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.sink_root = self.sink_root or planned
         if not self.sink_root:
             raise AirflowFailException(f"plan {plan_id} names no sink_root: pass sink_root")
+        # The plan reserved the first stream_readers ids of server_id_range for the stream's decoders
+        # (core/server_ids.py): more would take ids of snapshot groups running beside the stream.
+        if self.readers and int(self.readers) > record.stream_readers:
+            raise AirflowFailException(
+                f"readers={self.readers} exceeds the plan's stream_readers={record.stream_readers}, the server_ids "
+                "reserved for the stream: pass stream_readers to the plan operator as well (or lower readers)"
+            )
+        self.readers = int(self.readers or record.stream_readers)
         return record.startup_mode
 
     def execute(self, context: Any) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
-from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.rows_decoder import key_image_columns
 from airflow_provider_mysqlcdc.spill.bucketed_fold import BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
@@ -58,6 +58,7 @@ def replay_window(
     high: BinlogOffset,
     work: Sequence[_TableWork],
     *,
+    server_id: int,
     window_bytes: int,
     memory_bytes: int,
     scratch_dir: str | None = None,
@@ -65,6 +66,8 @@ def replay_window(
 ) -> int:
     """Apply ``[low, high)`` to the group's staged files (``w.files`` of each table is updated).
 
+    ``server_id`` is the replication id of the window's reader: the group's own
+    (``ServerIdLayout.group_id``, ``core/server_ids.py``).
     ``window_bytes`` (the binlog bytes of the window) sizes the fold's buckets; ``threads`` chunk
     files are matched and rewritten at once. Returns the number of changes to the group's tables in
     the window.
@@ -85,7 +88,7 @@ def replay_window(
     n = 0
     try:
         reader = BinlogRangeReader(
-            settings, low, high, tables=list(by_table), server_id=ServerIdAllocator(settings.server_id_range).next(),
+            settings, low, high, tables=list(by_table), server_id=server_id,
             convert=lambda t, values, none_sources: converters[t](values, none_sources),
             # The generated decoder (library fallback per table map); before images need the keys only.
             schemas={t: w.schema for t, w in by_table.items()}, key_columns=before_cols,

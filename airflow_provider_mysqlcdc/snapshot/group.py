@@ -33,6 +33,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes
 from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport, StagedFile
+from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.checks import check_server
@@ -108,6 +109,7 @@ class GroupRun:
     work: list[TableWork]  # the group's tables, prepared in the sink
     deferred: set[str]  # re-snapshotted tables: swapped in whole once every group has finished
     started: float  # time.monotonic() at the start
+    server_id: int  # the binlog window reader's replication id: the group's own (core/server_ids.py)
 
     @property
     def key(self) -> str:
@@ -146,7 +148,8 @@ def run_snapshot_group(
     key = _group_key(plan_id, group_id)
     log.info("snapshot group %s: %s (attempt %s)", key, group.label(), attempt)
     work = prepare_tables(plan, group.splits, sink, key, attempt)
-    run = GroupRun(plan_id, plan, group, attempt, work, deferred, started)
+    server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
+    run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)
     hooks = test_hooks or SnapshotTestHooks()
     return snapshot_group(spark, settings, store, sink, run, options or SnapshotOptions(), hooks)
 
@@ -176,7 +179,7 @@ def snapshot_group(
         window_bytes = source.window_bytes(low, high)
         log.info("group %s: high watermark %s, binlog window of %d bytes", g, high, window_bytes)
 
-    changes = _replay_window(settings, low, high, run.work, window_bytes, opts)
+    changes = _replay_window(settings, low, high, run, window_bytes, opts)
     log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes", g, low, high, tables, changes)
 
     versions = _commit(sink, run, low, high)
@@ -255,7 +258,7 @@ def _replay_window(
     settings: ConnectionSettings,
     low: BinlogOffset,
     high: BinlogOffset,
-    work: list[TableWork],
+    run: GroupRun,
     window_bytes: int,
     opts: SnapshotOptions,
 ) -> int:
@@ -264,8 +267,8 @@ def _replay_window(
         return 0
     try:
         return replay_window(
-            settings, low, high, work, window_bytes=window_bytes, memory_bytes=opts.window_memory_mb << 20,
-            scratch_dir=opts.scratch_dir, threads=opts.rewrite_threads,
+            settings, low, high, run.work, server_id=run.server_id, window_bytes=window_bytes,
+            memory_bytes=opts.window_memory_mb << 20, scratch_dir=opts.scratch_dir, threads=opts.rewrite_threads,
         )  # fmt: skip
     except Exception as exc:
         raise SnapshotError(_explain_binlog_error(exc)) from exc

@@ -19,8 +19,9 @@ Options (strings, as Spark passes them):
                            ``defaultParallelism`` (set by :func:`register`), else the driver's cores
     min_bytes_per_reader   no sub-range smaller than this (default 256 KiB: a replication
                            connection per tiny range costs more than it saves); 0 = always split
-    server_id_base         replication server_ids come from [base, base + 999]; default the
-                           connection's ``server_id_range``. Give concurrent streams disjoint bases.
+    server_id_base         the first of the ``readers`` replication server_ids the decoders use
+                           (``[base, base + readers)``); default: the start of the connection's
+                           ``server_id_range`` — the stream's block of it (``core/server_ids.py``)
     reconnect_timeout_seconds  how long to wait for a source server that went away (default 120)
     block_rows             changes per change block (default 8192)
     before_image           'key' (default): a before image carries the primary key and chunk key
@@ -78,13 +79,14 @@ from pyspark.sql.types import StructType
 
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes, binlog_file_number
+from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdSlots
 from airflow_provider_mysqlcdc.mysql.binlog_ranges import (
     BinlogBoundaries,
     RangeSlice,
     capped_end,
     slice_range,
 )
-from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, binlog_files, current_offset
 from airflow_provider_mysqlcdc.storage import LakeStorage
 from airflow_provider_mysqlcdc.stream.partition_read import (
@@ -110,7 +112,6 @@ DEFAULT_MIN_BYTES_PER_READER = 256 * 1024
 DEFAULT_MAX_INLINE_BYTES = 32 * 1024 * 1024
 #: A batch with at least this many binlog bytes is "large": its plan is recorded for progress reports.
 LARGE_BATCH_BYTES = 64 * 1024 * 1024
-SERVER_ID_SPAN = 1000
 T = TypeVar("T")
 
 
@@ -209,9 +210,15 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         fallback = default_readers or os.cpu_count() or 1
         self.readers = _int_option(options, "readers", max(1, int(fallback)), 1) or 1
         self.min_bytes_per_reader = _int_option(options, "min_bytes_per_reader", DEFAULT_MIN_BYTES_PER_READER, 0) or 0
+        # Decoder slot i uses the i-th id of the stream's block: the first ``readers`` ids of the
+        # connection's server_id_range (or from server_id_base), never used by snapshot groups.
         base = _int_option(options, "server_id_base", None, 1)
-        settings = ConnectionSettings.from_dict(self.source)
-        self.server_id_range = (base, base + SERVER_ID_SPAN - 1) if base else tuple(settings.server_id_range)
+        if base:
+            self.server_ids = ServerIdSlots(base, self.readers)
+        else:
+            layout = ServerIdLayout(ConnectionSettings.from_dict(self.source).server_id_range, self.readers)
+            layout.check(1)  # the stream's block plus at least one snapshot group's id
+            self.server_ids = ServerIdSlots(layout.lo, self.readers)
         self.reconnect_timeout = _int_option(options, "reconnect_timeout_seconds", DEFAULT_RECONNECT_TIMEOUT, 0) or 0
         self.block_rows = _int_option(options, "block_rows", BLOCK_ROWS, 1) or BLOCK_ROWS
         self.before_image = str(options.get("before_image") or "key").strip().lower()
@@ -221,13 +228,11 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.max_inline_bytes = _int_option(options, "max_inline_bytes", DEFAULT_MAX_INLINE_BYTES, 0) or 0
         # Driver-only state, created on first use and never pickled.
         self._conn: Any = None
-        self._ids: ServerIdAllocator | None = None
         self._target: BinlogOffset | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_conn"] = None
-        state["_ids"] = None
         return state
 
     # ---------------------------------------------------------------- driver side
@@ -341,11 +346,6 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             return None
         return {"file": head.file, "pos": head.pos}
 
-    def _next_server_id(self) -> int:
-        if self._ids is None:
-            self._ids = ServerIdAllocator(self.server_id_range)  # type: ignore[arg-type]
-        return self._ids.next()
-
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogPartition]:
         begin, stop = BinlogOffset.from_dict(start), BinlogOffset.from_dict(end)
         if stop <= begin:
@@ -371,9 +371,12 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
             except OSError as exc:  # informative only
                 log.debug("could not record the batch plan: %s", exc)
         share = self.max_inline_bytes // len(slices)
+        # Spark plans a micro-batch only once the previous one's tasks have all finished, so every
+        # slot is free again here; a batch has at most ``readers`` slices, one slot each.
+        self.server_ids.release_all()
         return [
             BinlogPartition(
-                i, sl.start.to_dict(), sl.end.to_dict(), self._next_server_id(),
+                i, sl.start.to_dict(), sl.end.to_dict(), self.server_ids.acquire(batch),
                 sl.emit_from.to_dict() if sl.emit_from else None, sl.emit_to.to_dict() if sl.emit_to else None, batch,
                 share,
             )
@@ -381,7 +384,8 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         ]  # fmt: skip
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to release: the binlog is read, never consumed. Logged for operators."""
+        """The binlog is read, never consumed: only the batch's server_id slots are released."""
+        self.server_ids.release_all()
         log.debug("%s: committed %s", NAME, end)
 
     def stop(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,14 +21,14 @@ import pytest
 from airflow_provider_mysqlcdc.core.change import RowChange
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader, BinlogReadError
-from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, current_offset
 from tests.support.mariadb import MariaDBServer
 from tests.support.reference_fold import last_change_per_key
 
 pytestmark = pytest.mark.integration
 
-_ids = ServerIdAllocator((7000, 7999))
+_ids = itertools.count(7000)  # distinct replication server_ids for this module's readers
 # A safety net so that a reader that never notices its end fails the test instead of hanging it.
 SAFETY_TIMEOUT = 120.0
 
@@ -35,7 +36,7 @@ SAFETY_TIMEOUT = 120.0
 def read(
     settings: ConnectionSettings, start: BinlogOffset, end: BinlogOffset | None, tables: list[str] | None, **kw: Any
 ) -> tuple[list[RowChange], BinlogRangeReader]:
-    reader = BinlogRangeReader(settings, start, end, tables, _ids.next(), **kw)
+    reader = BinlogRangeReader(settings, start, end, tables, next(_ids), **kw)
     with reader:
         changes = list(reader)
     return changes, reader
@@ -390,7 +391,7 @@ def test_blocking_read_waits_for_new_transactions_and_stops_at_a_boundary(mariad
             marks["after_t1"] = current_offset(conn)
         mariadb.execute(f"INSERT INTO `{db}`.t VALUES (4)")
 
-    reader = BinlogRangeReader(cdc_settings, start, None, [f"{db}.t"], _ids.next(), blocking=True,
+    reader = BinlogRangeReader(cdc_settings, start, None, [f"{db}.t"], next(_ids), blocking=True,
                                heartbeat_seconds=0.2, timeout=SAFETY_TIMEOUT)  # fmt: skip
     got: list[int] = []
     with background(writer), reader:
@@ -406,7 +407,7 @@ def test_blocking_read_waits_for_new_transactions_and_stops_at_a_boundary(mariad
 
 def test_stop_from_another_thread_on_a_quiet_server(mariadb, db, cdc_settings, cdc_conn) -> None:  # type: ignore[no-untyped-def]
     start = current_offset(cdc_conn)
-    reader = BinlogRangeReader(cdc_settings, start, None, [f"{db}.t"], _ids.next(), blocking=True,
+    reader = BinlogRangeReader(cdc_settings, start, None, [f"{db}.t"], next(_ids), blocking=True,
                                heartbeat_seconds=0.2, timeout=SAFETY_TIMEOUT)  # fmt: skip
 
     existing = dump_threads(mariadb)
@@ -446,7 +447,7 @@ def test_dump_connection_killed_while_idle_loses_nothing(mariadb, db, cdc_settin
         mariadb.execute(f"KILL {wait_for_idle_dump(mariadb, existing)}")
         mariadb.execute(f"INSERT INTO `{db}`.t VALUES (2)")
 
-    reader = BinlogRangeReader(cdc_settings, start, None, [f"{db}.t"], _ids.next(), blocking=True,
+    reader = BinlogRangeReader(cdc_settings, start, None, [f"{db}.t"], next(_ids), blocking=True,
                                heartbeat_seconds=0.2, max_events=2, timeout=SAFETY_TIMEOUT)  # fmt: skip
     with background(killer), reader:
         got = [c.after["id"] for c in reader]
@@ -465,7 +466,7 @@ def test_connection_lost_inside_a_transaction_loses_nothing(mariadb, db, cdc_set
     mariadb.execute(f"INSERT INTO `{db}`.t SELECT seq, REPEAT('p', 1000) FROM seq_1_to_30000", database=db)
     end = current_offset(cdc_conn)
     existing = dump_threads(mariadb)
-    reader = BinlogRangeReader(cdc_settings, start, end, [f"{db}.t"], _ids.next())
+    reader = BinlogRangeReader(cdc_settings, start, end, [f"{db}.t"], next(_ids))
     got: list[int] = []
     with reader:
         for ch in reader:

@@ -11,6 +11,7 @@ types, positions. The insert images must also equal the matrix's expected values
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 import struct
 from decimal import Decimal
@@ -21,7 +22,6 @@ import pytest
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
-from airflow_provider_mysqlcdc.mysql.connection import ServerIdAllocator
 from airflow_provider_mysqlcdc.mysql.rows_decoder import RowsDecoder, UnsupportedRowFormat
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
@@ -29,7 +29,7 @@ from tests.integration.test_type_fidelity import DDL, ROWS, point
 
 pytestmark = pytest.mark.integration
 
-_ids = ServerIdAllocator((7600, 7699))
+_ids = itertools.count(7600)  # distinct replication server_ids for this module's readers
 # The matrix without its latin1 column: one column off the fast path sends the whole table map to
 # the library (tested separately below).
 FAST_DDL = DDL.replace(" c_latin1 VARCHAR(20) CHARACTER SET latin1,", "")
@@ -41,7 +41,7 @@ def _read(settings: Any, start: Any, end: Any, table: str, schema: Any, fast: bo
     else:
         conv = binlog_values.binlog_row_converter(schema)
         kw = {"convert": lambda t, v, ns: conv(v, ns)}
-    reader = BinlogRangeReader(settings, start, end, [table], _ids.next(), **kw)
+    reader = BinlogRangeReader(settings, start, end, [table], next(_ids), **kw)
     with reader:
         out = [(c.op, c.table, c.before, c.after, c.tx_offset, c.event_pos, c.row_index, c.commit_ts) for c in reader]
     assert reader.reached_end

@@ -24,6 +24,7 @@ must come back identical, and the union over batch ids is what a sink idempotent
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -49,7 +50,7 @@ from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_ranges import BinlogBoundaries, RangeSlice, capped_end, slice_range
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
-from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings, ServerIdAllocator
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import binlog_files, current_offset
 from airflow_provider_mysqlcdc.stream.partition_read import SCHEMA, SEQ_SHIFT, expand_changes
@@ -62,7 +63,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 COLS = ["op", "tbl", "before", "after", "file", "pos", "file_num", "event_pos", "row_index", "seq", "commit_ts"]
 OP, TBL, BEFORE, AFTER, FILE, POS, FILE_NUM, EVENT_POS, ROW_INDEX, SEQ, COMMIT_TS = range(len(COLS))
 QUERY_TIMEOUT = 180
-_ids = ServerIdAllocator((7400, 7499))
+_ids = itertools.count(7400)  # distinct replication server_ids for this module's readers
 
 
 # ---------------------------------------------------------------------------------------- fixtures
@@ -173,7 +174,7 @@ def direct_read(
     conv = {t: binlog_values.binlog_row_converter(s) for t, s in Manifest.from_dict(manifest).schemas().items()}
     if piece is not None:
         start, end = piece.start, piece.end
-    reader = BinlogRangeReader(settings, start, end, sorted(conv), _ids.next(),
+    reader = BinlogRangeReader(settings, start, end, sorted(conv), next(_ids),
                                convert=lambda t, v, ns: conv[t](v, ns), emit_from=piece and piece.emit_from,
                                emit_to=piece and piece.emit_to)  # fmt: skip
     with reader:

@@ -160,3 +160,16 @@ def test_finalize_is_not_repeated_over_a_manifest_that_moved_on(tmp_path: Path) 
     again = finalize_run(store, sink, "p1")
     assert again == first
     assert store.read_json("manifest.json")["tables"]["shop.t"]["schema_position"] == {"file": "b.000002", "pos": 99}
+
+
+def test_plan_refuses_a_server_id_range_too_small_before_touching_the_source(tmp_path: Path) -> None:
+    from airflow_provider_mysqlcdc.core.config import PipelineConfig
+    from airflow_provider_mysqlcdc.pipeline import PipelineStateError, plan_run
+
+    config = PipelineConfig.from_params(pipeline_id="p", sink_root=str(tmp_path / "lake"),
+                                        state_root=str(tmp_path / "state"), tables=["shop.orders"],
+                                        stream_readers=6, max_parallel_groups=4)  # fmt: skip
+    store = StateStore(config.state_root, "p")
+    with pytest.raises(PipelineStateError, match=r"has 6 ids; this pipeline needs 6 \(stream readers\) \+ 4 .* = 10"):
+        plan_run(None, store, config, "p1", lambda t: False, server_id_range=(5400, 5405))
+    assert store.read_plan_pointer() is None

@@ -111,3 +111,12 @@ def test_chunk_key_columns() -> None:
     assert c.chunk_key_columns == {"shop.orders": ["id"]}
     with pytest.raises(PipelineConfigError, match="chunk_key_columns must map"):
         PipelineConfig.from_params(**{**BASE, "chunk_key_columns": {"shop.orders": "id"}})
+
+
+def test_server_id_budget_params() -> None:
+    c = PipelineConfig.from_params(**BASE)
+    assert (c.stream_readers, c.max_parallel_groups) == (8, 16)
+    c = PipelineConfig.from_params(**{**BASE, "stream_readers": "6", "max_parallel_groups": 2})
+    assert (c.stream_readers, c.max_parallel_groups) == (6, 2) and c.to_dict()["stream_readers"] == 6
+    with pytest.raises(PipelineConfigError, match="max_parallel_groups must be between 1 and 1024, got 0"):
+        PipelineConfig.from_params(**{**BASE, "max_parallel_groups": 0})

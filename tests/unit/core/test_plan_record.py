@@ -61,3 +61,9 @@ def test_plan_pointer_round_trip_and_defaults():
     assert PlanPointer.from_dict({**d, "other": 1}).to_dict() == {**d, "other": 1}
     old = PlanPointer.from_dict({"plan_id": "p1", "tables": ["db.t"], "finalized": False})
     assert old.airflow_run_id is None and old.at is None and not old.finalized
+
+
+def test_plan_record_server_id_budget_from_its_pipeline_config_or_the_defaults():
+    rec = PlanRecord.from_dict({"pipeline": {"stream_readers": 6, "max_parallel_groups": 4}})
+    assert (rec.stream_readers, rec.max_parallel_groups) == (6, 4)
+    assert (PlanRecord().stream_readers, PlanRecord().max_parallel_groups) == (8, 16)  # an earlier version's record

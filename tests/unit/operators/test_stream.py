@@ -115,6 +115,22 @@ def test_a_sink_root_other_than_the_plans_is_refused(store: StateStore) -> None:
     assert _op(store, sink_root="/data/lake/")._pipeline_config(store, "p1") == "initial"
 
 
+def test_readers_default_to_the_plans_stream_readers_and_may_not_exceed_them(store: StateStore) -> None:
+    """The plan reserved the first stream_readers server_ids for the stream (core/server_ids.py)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    store.write_plan("p1", {"pipeline": {"startup_mode": "initial", "sink_root": "/l", "stream_readers": 6},
+                            "groups": []})  # fmt: skip
+    op = _op(store)
+    op._pipeline_config(store, "p1")
+    assert op.readers == 6 and op.stream_args("r")[-2:] == ["--readers", "6"]
+    op = _op(store, readers=4)
+    op._pipeline_config(store, "p1")
+    assert op.readers == 4
+    with pytest.raises(AirflowFailException, match="readers=7 exceeds the plan's stream_readers=6"):
+        _op(store, readers=7)._pipeline_config(store, "p1")
+
+
 def test_on_kill_leaves_a_detached_stream_running(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> None:
     import airflow_provider_mysqlcdc.stream.control as control
 
