@@ -211,6 +211,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_job_secrets(args: argparse.Namespace) -> int:
+    """The environment a Spark job of this provider needs, for a cluster's secret store (Kubernetes)."""
+    from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
+    from airflow_provider_mysqlcdc.hooks.spark_submit import secret_env
+
+    print(json.dumps(secret_env(_settings(args.conn_id), lake_storage(args.storage_conn_id)), indent=2))
+    print("these values are secrets: put them in a secret store, never in a DAG or a Spark conf", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
     from airflow_provider_mysqlcdc.mysql.planner import DEFAULT_CHUNKS_PER_GROUP
@@ -254,6 +264,15 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--conn-id", default="mysql_cdc_default", help="source connection, for the server's offset")
     st.add_argument("--compact", action="store_true", help="one-line JSON")
     st.set_defaults(func=cmd_status)
+
+    js = sub.add_parser(
+        "job-secrets",
+        help="print the environment variables (JSON) a Spark job needs: the source connection and storage keys, "
+        "for a Kubernetes secret in cluster deploy mode",
+    )
+    js.add_argument("--conn-id", default="mysql_cdc_default", help="source connection (mysql_cdc type)")
+    js.add_argument("--storage-conn-id", default=None, help="connection with the lake's object-store credentials")
+    js.set_defaults(func=cmd_job_secrets)
 
     sp = sub.add_parser("stop", help="stop the pipeline's stream after its running micro-batch")
     pipeline_args(sp)

@@ -91,15 +91,20 @@ def job_conf(conf: dict[str, Any] | None, master: str) -> dict[str, Any]:
     return out
 
 
+def secret_env(source: ConnectionSettings, storage: LakeStorage | None = None) -> dict[str, str]:
+    """The job's secrets as environment variables: the source connection, the lake's credentials."""
+    env = {SOURCE_ENV: json.dumps(source.to_dict())}
+    if storage is not None and storage.options:
+        env[STORAGE_ENV] = storage.to_json()
+    return env
+
+
 def job_env(
     source: ConnectionSettings, env_vars: dict[str, Any] | None, master: str, storage: LakeStorage | None = None
 ) -> dict[str, Any]:
     """The job's environment: the source connection, the lake's storage credentials, the user's
     env_vars, local Python defaults."""
-    env: dict[str, Any] = {SOURCE_ENV: json.dumps(source.to_dict())}
-    if storage is not None and storage.options:
-        env[STORAGE_ENV] = storage.to_json()
-    env.update(env_vars or {})
+    env: dict[str, Any] = {**secret_env(source, storage), **(env_vars or {})}
     if master.startswith("local"):
         for var in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
             env.setdefault(var, os.environ.get(var, sys.executable))
@@ -161,6 +166,52 @@ class MySqlCdcSparkSubmitHook(SparkSubmitHook):
             env_vars=job_env(self.source, env_vars, self.master, self.storage),
             **kwargs,
         )
+        self._secret_env: dict[str, str] = {}
+        self._keep_secrets_out_of_confs()
+        if detach_log is not None and self.cluster_deploy_mode:
+            # the driver runs on the cluster: spark-submit only submits it and returns
+            key = "spark.kubernetes.submission.waitAppCompletion" if self._is_kubernetes else (
+                "spark.yarn.submit.waitAppCompletion")  # fmt: skip
+            self._conf = {**(self._conf or {}), key: (self._conf or {}).get(key, "false")}
+
+    @property
+    def cluster_deploy_mode(self) -> bool:
+        """The driver runs on the cluster (YARN/Kubernetes cluster mode), not in spark-submit."""
+        return self._connection["deploy_mode"] == "cluster"
+
+    def _keep_secrets_out_of_confs(self) -> None:
+        """On YARN and Kubernetes the parent hook turns ``env_vars`` into ``--conf
+        spark.yarn.appMasterEnv.*`` / ``spark.kubernetes.driverEnv.*``: the secrets would be in the
+        command line and on the Spark UI. So they are held back here and given to the spark-submit
+        process's own environment instead, which is the driver's in client mode; in cluster mode the
+        cluster must deliver them (Kubernetes secrets), or the submit is refused with the fix."""
+        if not (self._is_yarn or self._is_kubernetes):
+            return
+        secrets = {k: self._env_vars.pop(k) for k in (SOURCE_ENV, STORAGE_ENV) if k in (self._env_vars or {})}
+        if self._connection["deploy_mode"] != "cluster":
+            self._secret_env = secrets
+            return
+        conf = self._conf or {}
+        missing = [k for k in secrets if f"spark.kubernetes.driver.secretKeyRef.{k}" not in conf]
+        if self._is_kubernetes and not missing:
+            return  # Kubernetes puts the secrets into the driver pod's environment
+        raise SparkSetupError(
+            "cluster deploy mode would put the source password and storage keys into Spark confs (the command "
+            "line and the Spark UI): "
+            + (
+                "store them in a Kubernetes secret (`mysqlcdc job-secrets` prints the values) and set conf "
+                + ", ".join(f"spark.kubernetes.driver.secretKeyRef.{k}=<secret>:{k}" for k in missing)
+                + " (README \"Deploy to production\"), or use client deploy mode"
+                if self._is_kubernetes
+                else "use client deploy mode on YARN (the driver runs on the Airflow worker), or Kubernetes secrets"
+            )
+        )
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        cmd = super()._build_spark_submit_command(application)
+        if self._secret_env:  # the driver is this process's child: its environment, not a conf
+            self._env = {**(self._env or {}), **self._secret_env}
+        return cmd
 
     def spark_submit_command(self, application: str) -> list[str]:
         """The spark-submit command line :meth:`submit` runs, built by the parent hook."""

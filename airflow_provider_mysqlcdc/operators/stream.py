@@ -235,10 +235,12 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         hook = self._hook = self._get_hook(detach_log=log_path)
         hook.submit(self.application)
         assert hook.process is not None
-        handle = record_detached(store, hook.process, run_id, log_path, {"master": hook.master})
+        extra = {"master": hook.master, "deploy_mode": "cluster" if hook.cluster_deploy_mode else "client"}
+        handle = record_detached(store, hook.process, run_id, log_path, extra)
         proc = handle.pop("_proc")
         try:
-            run = wait_until_running(store, run_id, proc, log_path, self.start_timeout)
+            run = wait_until_running(store, run_id, proc, log_path, self.start_timeout,
+                                     submit_only=hook.cluster_deploy_mode)  # fmt: skip
         except StreamLaunchError as exc:
             raise AirflowException(str(exc)) from None
         self.log.info("the stream runs: run %s, driver pid %s on %s; log %s", run_id, run["pid"], run["host"],

@@ -84,9 +84,12 @@ def record_detached(
 
 def wait_until_running(
     store: StateStore, run_id: str, proc: subprocess.Popen | None = None, log_path: str | None = None,
-    timeout: float = 300.0,
+    timeout: float = 300.0, submit_only: bool = False,
 ) -> dict[str, Any]:
-    """Block until the run record of ``run_id`` says running; raise with the driver's error if it fails."""
+    """Block until the run record of ``run_id`` says running; raise with the driver's error if it fails.
+
+    ``submit_only``: spark-submit only submits the driver to the cluster (cluster deploy mode) and
+    exits 0 once it is accepted; the run record is then the only sign of the driver."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run = store.read_run()
@@ -98,7 +101,7 @@ def wait_until_running(
                     f"the stream {run.state} at start: {run.error or 'see its log'}"
                     + (f" (driver log: {log_path})" if log_path else "")
                 )
-        if proc is not None and proc.poll() is not None:
+        if proc is not None and proc.poll() is not None and not (submit_only and proc.returncode == 0):
             raise StreamLaunchError(
                 f"spark-submit exited with code {proc.returncode} before the stream ran; last lines of "
                 f"{log_path}:\n{_tail(log_path) if log_path else ''}"

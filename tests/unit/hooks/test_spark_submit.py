@@ -13,6 +13,7 @@ import pytest
 from airflow_provider_mysqlcdc.hooks.spark_submit import (
     DEFAULT_JDBC_JAR,
     SOURCE_ENV,
+    STORAGE_ENV,
     MySqlCdcSparkSubmitHook,
     SparkSetupError,
     job_env,
@@ -111,3 +112,68 @@ def test_attached_submit_is_the_parents(tmp_path: Path) -> None:
     t0 = time.monotonic()
     hook.submit("app.py")  # waits for spark-submit and checks its exit code
     assert hook.process is not None and hook.process.returncode == 0 and time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("master", ["yarn", "k8s://https://kube:6443"])
+def test_secrets_never_become_confs_on_yarn_or_kubernetes(monkeypatch: pytest.MonkeyPatch, master: str) -> None:
+    """The parent hook turns env_vars into --conf spark.yarn.appMasterEnv.* / spark.kubernetes.driverEnv.*
+    on these masters (argv, Spark UI). In client mode the secrets go to spark-submit's own environment."""
+    _without_kubernetes_client(monkeypatch)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_LAKE", json.dumps(
+        {"conn_type": "aws", "login": "AKIAX", "password": "lake-s3cret-key", "extra": {"region_name": "eu-west-1"}}
+    ))  # fmt: skip
+    host, _, port = master.rpartition(":") if master.startswith("k8s") else (master, "", "")
+    fake_spark.connections(monkeypatch, spark=json.dumps(
+        {"conn_type": "spark", "host": host, **({"port": int(port)} if port else {}),
+         "extra": {"deploy-mode": "client"}}
+    ))  # fmt: skip
+    hook = MySqlCdcSparkSubmitHook(storage_conn_id="aws_lake", env_vars={"TZ": "UTC"})
+    cmd = " ".join(hook.spark_submit_command("app.py"))
+    assert "s3cret-pw" not in cmd and "lake-s3cret-key" not in cmd and "MYSQLCDC_" not in cmd
+    assert "TZ=UTC" in cmd  # the user's own env_vars are still the parent's business
+    env = hook._env or {}
+    assert json.loads(env[SOURCE_ENV])["password"] == "s3cret-pw"
+    assert json.loads(env[STORAGE_ENV])["aws_secret_access_key"] == "lake-s3cret-key"
+
+
+def test_cluster_mode_on_kubernetes_needs_the_secrets_from_kubernetes(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without_kubernetes_client(monkeypatch)
+    fake_spark.connections(monkeypatch, spark=json.dumps(
+        {"conn_type": "spark", "host": "k8s://https://kube", "port": 6443, "extra": {"deploy-mode": "cluster"}}
+    ))  # fmt: skip
+    with pytest.raises(SparkSetupError, match=r"spark\.kubernetes\.driver\.secretKeyRef\.MYSQLCDC_SOURCE=<secret>"):
+        MySqlCdcSparkSubmitHook()
+    hook = MySqlCdcSparkSubmitHook(conf={"spark.kubernetes.driver.secretKeyRef.MYSQLCDC_SOURCE": "cdc:source"})
+    cmd = " ".join(hook.spark_submit_command("app.py"))
+    assert "s3cret-pw" not in cmd and "secretKeyRef.MYSQLCDC_SOURCE=cdc:source" in cmd
+    assert SOURCE_ENV not in (hook._env or {})
+
+
+def test_cluster_mode_on_yarn_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_spark.connections(monkeypatch, spark=json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}
+    ))  # fmt: skip
+    with pytest.raises(SparkSetupError, match="client deploy mode on YARN"):
+        MySqlCdcSparkSubmitHook()
+
+
+def _without_kubernetes_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Spark provider wants the Kubernetes provider's client for a k8s master; only commands are built here."""
+    import airflow.providers.apache.spark.hooks.spark_submit as parent
+
+    monkeypatch.setattr(parent, "kube_client", object(), raising=False)
+
+
+def test_a_detached_stream_in_cluster_mode_only_submits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """In cluster deploy mode the driver runs on the cluster: spark-submit must return once it is accepted
+    (so the task's worker can go away), and the launcher then waits for the run record alone."""
+    _without_kubernetes_client(monkeypatch)
+    fake_spark.connections(monkeypatch, spark=json.dumps(
+        {"conn_type": "spark", "host": "k8s://https://kube", "port": 6443, "extra": {"deploy-mode": "cluster"}}
+    ))  # fmt: skip
+    conf = {"spark.kubernetes.driver.secretKeyRef.MYSQLCDC_SOURCE": "cdc:MYSQLCDC_SOURCE"}
+    hook = MySqlCdcSparkSubmitHook(conf=conf, detach_log=str(tmp_path / "driver.log"))
+    assert hook.cluster_deploy_mode
+    assert "spark.kubernetes.submission.waitAppCompletion=false" in _opts(hook.spark_submit_command("a.py"), "--conf")
+    attached = MySqlCdcSparkSubmitHook(conf=conf)
+    assert not any("waitAppCompletion" in c for c in _opts(attached.spark_submit_command("a.py"), "--conf"))
