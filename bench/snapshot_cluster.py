@@ -14,9 +14,10 @@ Starts a private MariaDB, moto's S3 server and a Spark standalone master with tw
   ``bench/snapshot.py``).
 
 Each measurement runs in its own Python process (one Spark context per process), warms up with
-the same small JDBC read on every side, and times the snapshot alone, not the JVM start. No concurrent writer: this measures where the files go, the
-bracket itself is ``bench/snapshot.py``'s. Reports medians (``*_rows_per_s``) and the ratios of
-medians to the plain read and to the local snapshot; one JSON line on stdout.
+the same small JDBC read on every side, and times the snapshot alone, not the JVM start. No
+concurrent writer: this measures where the files go; the bracket itself is ``bench/snapshot.py``'s.
+Reports medians (``*_rows_per_s``) and the ratios of medians to the plain read and to the local
+snapshot; one JSON line on stdout.
 """
 
 from __future__ import annotations
@@ -58,9 +59,10 @@ def measure(kind: str, conf: dict[str, Any]) -> dict[str, Any]:
         # The same untimed warm-up on every side: executors registered, the JDBC and Parquet paths
         # compiled by the JIT (the first read of a fresh JVM is several times slower).
         props = {**mysql_jdbc.jdbc_properties(settings), "fetchsize": "10000"}
-        spark.read.jdbc(mysql_jdbc.jdbc_url(settings), TABLE, column="id", lowerBound=1, upperBound=conf["rows"] // 8,
-                        numPartitions=2, properties=props).where("id <= %d" % (conf["rows"] // 8)).write.mode(
-            "overwrite").parquet(conf["work"] + "/warmup")  # fmt: skip
+        eighth = conf["rows"] // 8
+        warm = spark.read.jdbc(mysql_jdbc.jdbc_url(settings), TABLE, column="id", lowerBound=1, upperBound=eighth,
+                               numPartitions=2, properties=props)  # fmt: skip
+        warm.where(f"id <= {eighth}").write.mode("overwrite").parquet(conf["work"] + "/warmup")
         if kind == "spark_jdbc":
             t0 = time.monotonic()
             df = spark.read.jdbc(mysql_jdbc.jdbc_url(settings), TABLE, column="id", lowerBound=1,
