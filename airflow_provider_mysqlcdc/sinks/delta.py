@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -47,6 +48,9 @@ SNAPSHOT_DIR = "snapshot"
 def _group_prefix(group_key: str) -> str:
     return f"{SNAPSHOT_DIR}/{group_key}/"
 
+
+#: Commit-info key identifying one commit of this package (its version is looked up by it).
+COMMIT_ID = "mysqlcdc.commit"
 
 #: Table property naming the pipeline that owns (writes) a Delta table.
 OWNER_PROPERTY = "mysqlcdc.pipeline"
@@ -255,14 +259,17 @@ class DeltaSink:
             removes, adds = actions(have, int(time.time() * 1000))
             if skip_if_unchanged and not removes and not adds:
                 return None, 0, 0
+            commit_id = uuid.uuid4().hex
             try:
                 dt.create_write_transaction(
                     [*removes, *adds],
                     mode="append",
                     schema=schema,
-                    commit_properties=CommitProperties(custom_metadata={"mysqlcdc": json.dumps(metadata)}),
+                    commit_properties=CommitProperties(
+                        custom_metadata={"mysqlcdc": json.dumps(metadata), COMMIT_ID: commit_id}
+                    ),
                 )
-                return self.open(table).version(), len(removes), len(adds)
+                return self._version_of(table, commit_id), len(removes), len(adds)
             except Exception as exc:
                 text = str(exc).lower()
                 retryable = ("version" in text and "exist" in text) or type(exc).__name__ == "CommitFailedError"
@@ -271,6 +278,18 @@ class DeltaSink:
                     continue
                 raise
         raise RuntimeError(f"could not commit to {table}: 20 concurrent-commit conflicts in a row")
+
+    def _version_of(self, table: str, commit_id: str) -> int:
+        """The version this process's commit got: concurrent groups commit to the same table, so the
+        latest version may be another group's, and delta-rs returns none. Read from the log itself
+        (its ``history()`` numbered entries wrongly right after concurrent commits on S3)."""
+        log_dir = f"{self.table_uri(table)}/_delta_log"
+        names = [n for n in self.storage.listdir(log_dir) if n.endswith(".json") and n[:-5].isdigit()]
+        for name in sorted(names, reverse=True)[:50]:  # the log file's name is its version
+            with self.storage.open(f"{log_dir}/{name}", "rb") as f:
+                if commit_id.encode() in f.read():
+                    return int(name[:-5])
+        raise RuntimeError(f"{table}: commit {commit_id} is not among the table's last 50 commits")
 
     # ------------------------------------------------------------------ stream
     def apply_changes(

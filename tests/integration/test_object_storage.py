@@ -120,3 +120,52 @@ def test_retried_group_on_s3_replaces_its_files(mariadb, db, cdc_settings, spark
     _assert_equal(cdc_settings, plan, sink, tables)
     dt = sink.open(tables[0])
     assert len(dt.file_uris()) == len([s for s in plan.splits if s.table == tables[0]])
+
+
+def test_two_groups_commit_to_one_delta_table_on_s3_at_the_same_moment(s3_server) -> None:  # type: ignore[no-untyped-def]
+    """Parallel snapshot groups commit to one table at once: S3 conditional writes make one commit of
+    each version win; the loser re-reads and retries, so both groups' files are in the table."""
+    import threading
+
+    import pyarrow as pa
+
+    from airflow_provider_mysqlcdc.core.records import StagedFile
+
+    storage = LakeStorage(s3_server.storage_options())
+    sink = DeltaSink(s3_server.url("lake-concurrent"), storage)
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    table = "db.t"
+    sink.prepare_table(table, schema, ["id"])
+    groups = {}
+    for g in range(4):  # four groups, two chunks each
+        files = []
+        for c in range(2):
+            ids = list(range(g * 1000 + c * 100, g * 1000 + c * 100 + 50))
+            path = f"{sink.staging_location(table, f'g{g}', 'a1')}/part-{c}.parquet"
+            size = storage.write_parquet(pa.table({"id": ids, "v": [f"g{g}"] * len(ids)}, schema=schema), path)
+            files.append(StagedFile(path, len(ids), size, [g * 10 + c]))
+        groups[g] = files
+    barrier = threading.Barrier(len(groups))
+    versions: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def commit(g: int) -> None:
+        try:
+            barrier.wait()
+            versions[g] = sink.commit_snapshot_group(table, f"g{g}", groups[g], schema, {"group": g}, ["id"])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=commit, args=(g,)) for g in groups]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert sorted(versions.values()) == list(range(min(versions.values()), min(versions.values()) + len(groups)))
+    got = sink.read(table)
+    assert got.num_rows == 4 * 2 * 50 and len(set(got.column("id").to_pylist())) == got.num_rows
+    assert sorted(set(got.column("v").to_pylist())) == ["g0", "g1", "g2", "g3"]
+    log = sorted(p.rsplit("/", 1)[-1] for p in s3_server.fsspec().ls(s3_server.url("lake-concurrent/db/t/_delta_log")))
+    numbers = [int(n.split(".")[0]) for n in log if n.endswith(".json")]
+    assert numbers == list(range(len(numbers))), f"the Delta log has a gap: {log}"
