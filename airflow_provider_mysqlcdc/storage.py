@@ -168,6 +168,15 @@ class LakeStorage:
         fs, path = self.filesystem(url)
         return fs.open(path, mode)
 
+    def read_bytes(self, url: str) -> bytes:
+        """A whole file in one read. For documents other processes rewrite: an s3fs file object pins
+        the ETag it saw at open and fails (``FileExpired``) if the object is replaced meanwhile."""
+        if is_local(url):
+            with open(local_path(url), "rb") as f:
+                return f.read()
+        fs, path = self.filesystem(url)
+        return bytes(fs.cat_file(path))
+
     def write_parquet(self, table: Any, url: str, **kwargs: Any) -> int:
         """Write an Arrow table as one Parquet file; returns its size in bytes."""
         import pyarrow.parquet as pq

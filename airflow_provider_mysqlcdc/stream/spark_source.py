@@ -174,8 +174,7 @@ def _secret_option(options: Any, name: str, env_option: str) -> str | None:
 def _read_manifest(path: str, storage: LakeStorage) -> Manifest:
     """Read the manifest file (local path or object-store URL) on the driver."""
     try:
-        with storage.open(path, "rb") as f:
-            text = f.read().decode("utf-8")
+        text = storage.read_bytes(path).decode("utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(
             f"stream manifest {path} does not exist: build it from the snapshot (the stream operator writes it)"

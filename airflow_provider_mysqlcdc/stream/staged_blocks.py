@@ -67,13 +67,8 @@ def _write_json(url: str, obj: Any, storage: LakeStorage) -> None:
 
 
 def _read_json(url: str, storage: LakeStorage) -> Any:
-    fs, path, local = _fs(url, storage)
-    try:
-        if local:
-            with open(path, "rb") as f:
-                return json.loads(f.read())
-        with fs.open(path, "rb") as f:
-            return json.loads(f.read())
+    try:  # progress files are rewritten while the driver reads them: one whole read
+        return json.loads(storage.read_bytes(url))
     except (FileNotFoundError, json.JSONDecodeError):
         return None
 

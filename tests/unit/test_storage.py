@@ -67,6 +67,7 @@ def test_file_operations_on_a_local_disk_and_an_fsspec_store(tmp_path: Path, roo
     assert storage.read_parquet(f"{base}/part-1.parquet", columns=["id"]).column("id").to_pylist() == [1, 2, 3]
     with storage.open(f"{base}/part-2.parquet", "wb") as f:
         f.write(b"x")
+    assert storage.read_bytes(f"{base}/part-2.parquet") == b"x"
     assert storage.listdir(base) == ["part-1.parquet", "part-2.parquet"]
     storage.remove(f"{base}/part-2.parquet")
     assert storage.listdir(base) == ["part-1.parquet"] and storage.exists(f"{base}/part-1.parquet")
