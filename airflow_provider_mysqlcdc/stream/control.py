@@ -103,10 +103,16 @@ def stream_state(store: StateStore) -> dict[str, Any]:
     state = run.state
     age = None if found_run is None else round(now - run.heartbeat_at, 1)
     running = found_run is not None and state in LIVE_STATES and age is not None and age < STALE_AFTER_SECONDS
+    local = run.host == socket.gethostname() and bool(run.pid)
     reason = None
     if found_run is not None and state in LIVE_STATES and not running:
-        reason = f"no heartbeat for {age:.0f}s (the driver died without recording it)"
-    if running and run.host == socket.gethostname() and run.pid and not _pid_alive(int(run.pid)):
+        if local and _pid_alive(int(run.pid or 0)):
+            # A starved machine can delay heartbeats (a long query stop under load): a driver whose
+            # process is alive is not declared lost, or the next run would start a second stream.
+            running = True
+        else:
+            reason = f"no heartbeat for {age:.0f}s (the driver died without recording it)"
+    if running and local and not _pid_alive(int(run.pid or 0)):
         running, reason = False, f"driver process {run.pid} on this host is gone"
     if reason:
         from airflow_provider_mysqlcdc.stream.failure import explain_lost_driver

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -100,10 +101,18 @@ def test_stream_state_and_watch_condition(tmp_path: Path) -> None:
     assert watch_condition(stream_state(store), None, 5.0) == (False, None)
     assert watch_condition(stream_state(store), None, 10.0) == (True, None)
 
-    # a heartbeat older than the staleness limit means the driver died without saying so
+    # a heartbeat older than the staleness limit means the driver died without saying so...
     run = store.read_json(RUN)
     run["heartbeat_at"] = time.time() - 3600
     store.write_json(RUN, run)
+    st = stream_state(store)
+    assert st["running"] and st["heartbeat_age_seconds"] > 3000  # ...unless its process lives on this host
+    store.write_json(RUN, {**run, "host": "another-host"})
+    st = stream_state(store)
+    assert st["running"] is False and st["state"] == "lost" and "no heartbeat" in st["reason"]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    store.write_json(RUN, {**run, "pid": dead.pid})
     st = stream_state(store)
     assert st["running"] is False and st["state"] == "lost" and "no heartbeat" in st["reason"]
 
