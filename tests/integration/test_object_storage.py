@@ -120,3 +120,29 @@ def test_retried_group_on_s3_replaces_its_files(mariadb, db, cdc_settings, spark
     _assert_equal(cdc_settings, plan, sink, tables)
     dt = sink.open(tables[0])
     assert len(dt.file_uris()) == len([s for s in plan.splits if s.table == tables[0]])
+
+
+def test_state_documents_read_while_rewritten(s3_server) -> None:  # type: ignore[no-untyped-def]
+    """A control document read while its writer replaces it (the stream's run record, every few
+    seconds) reads whole, old or new: s3fs' file objects pin the ETag seen at open and failed the
+    read with FileExpired (found by test_production_deployment: a hand-over's pause read run.json)."""
+    import threading
+
+    store = StateStore(s3_server.url("state-race"), "race", LakeStorage(s3_server.storage_options()))
+    store.write_json("stream/run.json", {"n": 0, "pad": "x" * 2000})
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            store.write_json("stream/run.json", {"n": n, "pad": "x" * 2000})
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    try:
+        seen = {store.read_json("stream/run.json")["n"] for _ in range(150)}
+    finally:
+        stop.set()
+        writer.join()
+    assert len(seen) > 1  # the reads really raced the writes
