@@ -97,8 +97,10 @@ class StateStore:
     def read_json(self, rel: str, default: Any = None) -> Any:
         target = self.path(rel)
         try:
-            with self.fs.open(target, "rb") as f:
-                return json.loads(f.read())
+            # One whole-object GET. Not fs.open(): s3fs' file object pins the ETag it saw at open
+            # and fails its read (FileExpired) when a writer replaces the document in between —
+            # which the stream's run record, rewritten every few seconds, does all the time.
+            return json.loads(self.fs.cat_file(target))
         except FileNotFoundError:
             return default
 

@@ -169,3 +169,28 @@ def test_two_groups_commit_to_one_delta_table_on_s3_at_the_same_moment(s3_server
     log = sorted(p.rsplit("/", 1)[-1] for p in s3_server.fsspec().ls(s3_server.url("lake-concurrent/db/t/_delta_log")))
     numbers = [int(n.split(".")[0]) for n in log if n.endswith(".json")]
     assert numbers == list(range(len(numbers))), f"the Delta log has a gap: {log}"
+
+def test_state_documents_read_while_rewritten(s3_server) -> None:  # type: ignore[no-untyped-def]
+    """A control document read while its writer replaces it (the stream's run record, every few
+    seconds) reads whole, old or new: s3fs' file objects pin the ETag seen at open and failed the
+    read with FileExpired (found by test_production_deployment: a hand-over's pause read run.json)."""
+    import threading
+
+    store = StateStore(s3_server.url("state-race"), "race", LakeStorage(s3_server.storage_options()))
+    store.write_json("stream/run.json", {"n": 0, "pad": "x" * 2000})
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            store.write_json("stream/run.json", {"n": n, "pad": "x" * 2000})
+
+    writer = threading.Thread(target=rewrite, daemon=True)
+    writer.start()
+    try:
+        seen = {store.read_json("stream/run.json")["n"] for _ in range(150)}
+    finally:
+        stop.set()
+        writer.join()
+    assert len(seen) > 1  # the reads really raced the writes
