@@ -28,8 +28,8 @@ from airflow_provider_mysqlcdc.stream.job import StreamOptions, start_stream, st
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.verify import compare
 
-ROWS = 15_000
-CHUNK = 2_000
+ROWS = 8_000
+CHUNK = 1_000
 
 
 def _assert_equal(settings: Any, plan: Any, sink: DeltaSink, tables: list[str]) -> None:
