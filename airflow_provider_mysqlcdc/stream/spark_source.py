@@ -77,7 +77,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes, binlog_file_number
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdSlots
 from airflow_provider_mysqlcdc.mysql.binlog_ranges import (
@@ -97,6 +96,7 @@ from airflow_provider_mysqlcdc.stream.partition_read import (
     is_transient,
     read_partition,
 )
+from airflow_provider_mysqlcdc.stream.source_options import int_option, read_manifest, secret_option
 from airflow_provider_mysqlcdc.stream.staged_blocks import batch_key, write_batch_info
 
 log = logging.getLogger(__name__)
@@ -145,49 +145,12 @@ class BinlogPartition(InputPartition):
         return f"BinlogPartition({self.index}, {self.start} -> {self.end}{inside}, server_id={self.server_id})"
 
 
-def _int_option(options: Any, name: str, default: int | None, minimum: int) -> int | None:
-    raw = options.get(name)
-    if raw is None or str(raw).strip() == "":
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"option {name}={raw!r} of the {NAME} source must be an integer") from None
-    if value < minimum:
-        raise ValueError(f"option {name}={value} of the {NAME} source must be >= {minimum}")
-    return value
-
-
-def _secret_option(options: Any, name: str, env_option: str) -> str | None:
-    """Option ``name``, or the environment variable named by option ``env_option`` (a job started by
-    spark-submit has its secrets in its environment; options show in query plans and event logs)."""
-    env = options.get(env_option)
-    if env:
-        value = os.environ.get(str(env))
-        if not value:
-            raise ValueError(f"option {env_option} of the {NAME} source names ${env}, which is not set")
-        return value
-    value = options.get(name)
-    return None if value is None else str(value)
-
-
-def _read_manifest(path: str, storage: LakeStorage) -> Manifest:
-    """Read the manifest file (local path or object-store URL) on the driver."""
-    try:
-        text = storage.read_bytes(path).decode("utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"stream manifest {path} does not exist: build it from the snapshot (the stream operator writes it)"
-        ) from None
-    return Manifest.from_json(text)
-
-
 class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans binlog micro-batches on the driver and decodes their sub-ranges in the tasks."""
 
     def __init__(self, schema: StructType, options: Any, default_readers: int | None = None):
         self.schema = schema
-        src = _secret_option(options, "source", "source_env")
+        src = secret_option(options, "source", "source_env")
         if not src:
             raise ValueError(
                 f"the {NAME} source needs option 'source' (ConnectionSettings JSON) or 'source_env' (the environment "
@@ -196,35 +159,35 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         self.source = json.loads(src) if isinstance(src, str) else dict(src)
         # Credentials of the object store holding the manifest and the staging directory; they
         # travel to the tasks inside the pickled reader, never in a Spark conf.
-        self.storage = LakeStorage.from_json(_secret_option(options, "storage", "storage_env"))
+        self.storage = LakeStorage.from_json(secret_option(options, "storage", "storage_env"))
         path = options.get("manifest")
         if not path:
             raise ValueError(f"the {NAME} source needs option 'manifest' (path of the stream manifest JSON)")
         self.manifest_path = str(path)
         # Read once, on the driver: the content travels to the tasks with the pickled reader.
-        self.manifest = _read_manifest(self.manifest_path, self.storage)
+        self.manifest = read_manifest(self.manifest_path, self.storage)
         self.tables = sorted(self.manifest.tables)
-        self.max_events = _int_option(options, "max_events_per_trigger", None, 1)
-        self.max_bytes = _int_option(options, "max_bytes_per_trigger", None, 1)
+        self.max_events = int_option(options, "max_events_per_trigger", None, 1)
+        self.max_bytes = int_option(options, "max_bytes_per_trigger", None, 1)
         fallback = default_readers or os.cpu_count() or 1
-        self.readers = _int_option(options, "readers", max(1, int(fallback)), 1) or 1
-        self.min_bytes_per_reader = _int_option(options, "min_bytes_per_reader", DEFAULT_MIN_BYTES_PER_READER, 0) or 0
+        self.readers = int_option(options, "readers", max(1, int(fallback)), 1) or 1
+        self.min_bytes_per_reader = int_option(options, "min_bytes_per_reader", DEFAULT_MIN_BYTES_PER_READER, 0) or 0
         # Decoder slot i uses the i-th id of the stream's block: the first ``readers`` ids of the
         # connection's server_id_range (or from server_id_base), never used by snapshot groups.
-        base = _int_option(options, "server_id_base", None, 1)
+        base = int_option(options, "server_id_base", None, 1)
         if base:
             self.server_ids = ServerIdSlots(base, self.readers)
         else:
             layout = ServerIdLayout(ConnectionSettings.from_dict(self.source).server_id_range, self.readers)
             layout.check(1)  # the stream's block plus at least one snapshot group's id
             self.server_ids = ServerIdSlots(layout.lo, self.readers)
-        self.reconnect_timeout = _int_option(options, "reconnect_timeout_seconds", DEFAULT_RECONNECT_TIMEOUT, 0) or 0
-        self.block_rows = _int_option(options, "block_rows", BLOCK_ROWS, 1) or BLOCK_ROWS
+        self.reconnect_timeout = int_option(options, "reconnect_timeout_seconds", DEFAULT_RECONNECT_TIMEOUT, 0) or 0
+        self.block_rows = int_option(options, "block_rows", BLOCK_ROWS, 1) or BLOCK_ROWS
         self.before_image = str(options.get("before_image") or "key").strip().lower()
         if self.before_image not in ("key", "full"):
             raise ValueError(f"option before_image={self.before_image!r} of the {NAME} source must be 'key' or 'full'")
         self.staging = str(options.get("staging") or "").strip() or None
-        self.max_inline_bytes = _int_option(options, "max_inline_bytes", DEFAULT_MAX_INLINE_BYTES, 0) or 0
+        self.max_inline_bytes = int_option(options, "max_inline_bytes", DEFAULT_MAX_INLINE_BYTES, 0) or 0
         # Driver-only state, created on first use and never pickled.
         self._conn: Any = None
         self._target: BinlogOffset | None = None
