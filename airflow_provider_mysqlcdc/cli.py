@@ -115,16 +115,37 @@ def _tables(arg: str | None) -> list[str]:
     return [t.strip() for t in (arg or "").split(",") if t.strip()]
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.mysql.checks import check_source
+def _selection(args: argparse.Namespace) -> Any:
+    from airflow_provider_mysqlcdc.core.table_selection import TableSelection
 
+    try:
+        return TableSelection.parse(_tables(args.tables), _tables(args.exclude_tables))
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError, check_source
+    from airflow_provider_mysqlcdc.mysql.table_choice import choose_tables
+
+    selection = _selection(args)
     settings = _settings(args.conn_id)
+    notes: list[str] = []
     with settings.connect() as conn:
-        report = check_source(conn, _tables(args.tables), _chunk_keys(args.chunk_key))
+        if selection.include:
+            try:
+                choice = choose_tables(conn, selection, _chunk_keys(args.chunk_key))
+                report, notes = choice.report, choice.notes()
+            except SourceCheckError as exc:
+                report = exc.report
+        else:
+            report = check_source(conn, [], _chunk_keys(args.chunk_key))
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps({**report.to_dict(), "selection_notes": notes}, indent=2))
     else:
         print(report.summary(), file=sys.stdout if report.ok else sys.stderr)
+        for note in notes:
+            print(f"  note: {note}", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
@@ -139,21 +160,26 @@ def _chunk_keys(items: list[str] | None) -> dict[str, list[str]]:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.mysql.checks import check_source
+    from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError
     from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+    from airflow_provider_mysqlcdc.mysql.table_choice import choose_tables
 
-    tables = _tables(args.tables)
-    if not tables:
-        raise SystemExit("error: --tables is required, e.g. --tables shop.orders,shop.customers")
+    selection = _selection(args)
+    if not selection.include:
+        raise SystemExit("error: --tables is required, e.g. --tables shop.orders,shop.customers or 'shop.*'")
     if args.chunk_size < 1:
         raise SystemExit(f"error: --chunk-size must be >= 1, got {args.chunk_size}")
     settings = _settings(args.conn_id)
     chunk_keys = _chunk_keys(args.chunk_key)
     with settings.connect() as conn:
-        report = check_source(conn, tables, chunk_keys)
-        if not report.ok:
-            print(report.summary(), file=sys.stderr)
+        try:
+            choice = choose_tables(conn, selection, chunk_keys)
+        except SourceCheckError as exc:
+            print(exc.report.summary(), file=sys.stderr)
             return EXIT_PROBLEMS
+        report, tables = choice.report, choice.tables
+        for note in choice.notes():
+            print(f"note: {note}", file=sys.stderr)
         if report.warnings:  # stdout is the plan's JSON
             print(report.warnings_summary(), file=sys.stderr)
         plan = plan_snapshot(conn, tables, args.chunk_size, args.chunks_per_group, chunk_keys)
@@ -231,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--conn-id", default="mysql_cdc_default", help="Airflow connection id (mysql_cdc type)")
-        sp.add_argument("--tables", help="comma-separated <database>.<table> list")
+        sp.add_argument("--tables", help="comma-separated <database>.<table> names or patterns ('shop.*', "
+                        "'shop\\.order_[0-9]+'; docs/architecture.md, \"Table selection\")")
+        sp.add_argument("--exclude-tables", help="comma-separated names or patterns to leave out")
         sp.add_argument(
             "--chunk-key", action="append", metavar="DB.TABLE=COL[,COL]",
             help="chunk key columns for a table (default: its primary key); repeatable",

@@ -46,11 +46,11 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
-from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError, check_source
 from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
+from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tables
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
     SCHEMA_CHANGE,
@@ -89,9 +89,11 @@ class PlanOutcome:
     chunks: int = 0
     stopped_stream: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    choice: TableChoice | None = None  # what the table selection matched, skipped and excluded
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "selected_tables": self.choice.to_dict() if self.choice else None,
             "plan_id": self.plan_id,
             "groups": len(self.groups),
             "chunks": self.chunks,
@@ -128,29 +130,28 @@ def plan_run(
         server_ids.check(config.max_parallel_groups)
     except ServerIdRangeError as exc:
         raise PipelineStateError(str(exc)) from None
-    report = check_source(conn, config.tables, config.chunk_key_columns)
-    if not report.ok:
-        raise SourceCheckError(report)
+    choice = choose_tables(conn, config.selection, config.chunk_key_columns)
+    report, tables = choice.report, choice.tables
     manifest = store.read_manifest()
     captured = set(manifest.tables) if manifest else set()
-    new = [t for t in config.tables if t not in captured]
+    new = [t for t in tables if t not in captured]
     _check_owners(config, new, table_owner)
-    backfill = [t for t in config.resnapshot_tables if t in captured]
+    backfill = [t for t in config.resnapshot_tables if t in captured and t in tables]
     # the check's warnings (e.g. tables the engine changes without a binlog event) reach the log
-    notes = [f"source check warning: {w.message}" for w in report.warnings] + list(config.notes) + [
+    notes = [f"source check warning: {w.message}" for w in report.warnings] + list(config.notes) + choice.notes() + [
         f"{t} is in resnapshot_tables but not captured yet: it is snapshotted as a new table"
         for t in config.resnapshot_tables
         if t not in captured
     ]
     if manifest:
-        dropped = sorted(captured - set(config.tables))
+        dropped = sorted(captured - set(tables))
         if dropped:
             notes.append(
                 f"{dropped} are captured but not in tables: they stay captured (the stream keeps them up to date)"
             )
-    snapshot_tables = [t for t in config.tables if t in new or t in backfill] if config.snapshots else []
+    snapshot_tables = [t for t in tables if t in new or t in backfill] if config.snapshots else []
     offset_tables = [] if config.snapshots else new
-    unchanged = [t for t in config.tables if t not in snapshot_tables and t not in offset_tables]
+    unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
     # hand-over only (a re-snapshot is swapped in whole there, while the stream is paused).
@@ -227,7 +228,8 @@ def plan_run(
         "plan %s: snapshot %s (%d chunks in %d groups), start at offset %s, already captured %s",
         plan_id, snapshot_tables or "nothing", chunks, len(groups), offset_tables or "none", unchanged or "none",
     )
-    return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes)
+    return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes,
+                       choice)
 
 
 def _check_owners(

@@ -8,7 +8,9 @@
 
 Trigger it from the UI form or the CLI; every run reconciles the pipeline with its params:
 
-* first run: snapshots ``tables`` and starts the stream;
+* first run: snapshots ``tables`` and starts the stream; ``tables`` takes names and patterns
+  (``shop.*``, ``shop\\.order_[0-9]+``) and ``exclude_tables`` leaves some out — a table created
+  later that matches is captured by the next run;
 * ``tables`` extended by a new table: snapshots only the new table while the stream keeps the
   others current, then hands it over to the stream (paused for seconds after its running batch,
   resumed with the merged manifest in the same Spark application — from its checkpoint, or as a new
@@ -43,6 +45,8 @@ from airflow_provider_mysqlcdc.operators import (
 from airflow_provider_mysqlcdc.sensors.stream import MySqlCdcStreamSensor
 
 TABLE_PATTERN = r"^[^.\s`]+\.[^.\s`]+$"
+# A name or a pattern (shop.*, shop\.order_[0-9]+): the plan task parses it exactly and names the fix.
+SELECTION_PATTERN = r"^[^\s]*\.[^\s]*$"
 PIPELINE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 DEFAULT_SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")
 DEFAULT_STATE_ROOT = os.environ.get("MYSQLCDC_STATE_ROOT", "/tmp/mysqlcdc/state")
@@ -71,8 +75,16 @@ with DAG(
             description="Names the pipeline's state and stream. One pipeline = one stream.",
         ),
         "tables": Param(
-            DEFAULT_TABLES, type="array", items={"type": "string", "pattern": TABLE_PATTERN}, minItems=1,
-            title="Tables", description="<database>.<table> names to capture; add one to start capturing it.",
+            DEFAULT_TABLES, type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, minItems=1,
+            title="Tables", description="<database>.<table> names or patterns to capture: shop.* (glob), "
+            "shop\\.order_[0-9]+ (regex on the whole name). Add one to start capturing it; a new table matching a "
+            "pattern is picked up by the next run. Views, and tables a pattern matched that cannot be captured "
+            "(no primary key...), are skipped and listed in the plan task's log.",
+        ),
+        "exclude_tables": Param(
+            [], type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, title="Exclude tables",
+            description="Names or patterns left out of what Tables selects (e.g. shop.tmp_*). A table already "
+            "captured stays captured.",
         ),
         "sink_root": Param(
             DEFAULT_SINK_ROOT, type="string", minLength=1, title="Sink root",
@@ -155,6 +167,7 @@ with DAG(
         sink_root="{{ params.sink_root }}",
         state_root="{{ params.state_root }}",
         tables="{{ params.tables }}",
+        exclude_tables="{{ params.exclude_tables }}",
         chunk_size="{{ params.chunk_size }}",
         chunks_per_task="{{ params.chunks_per_task }}",
         startup_mode="{{ params.startup_mode }}",

@@ -20,6 +20,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
+from airflow_provider_mysqlcdc.core.table_selection import TablePattern, TableSelection
 
 STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only")
 #: Below this chunk size, or above MAX_CHUNKS_PER_TABLE chunks for one table, a plan is refused
@@ -60,7 +61,7 @@ class PipelineConfig:
     pipeline_id: str
     sink_root: str
     state_root: str
-    tables: list[str]
+    tables: list[str]  # exact names and patterns (core/table_selection.py); the plan resolves them
     chunk_size: int = DEFAULT_CHUNK_SIZE
     chunks_per_task: int = DEFAULT_CHUNKS_PER_TASK
     startup_mode: str = "initial"
@@ -74,7 +75,12 @@ class PipelineConfig:
     # (mapped tasks) run at once; the plan refuses a server_id_range too small for both.
     stream_readers: int = DEFAULT_STREAM_READERS
     max_parallel_groups: int = DEFAULT_MAX_PARALLEL_GROUPS
+    exclude_tables: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
+
+    @property
+    def selection(self) -> TableSelection:
+        return TableSelection.parse(self.tables, self.exclude_tables)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,9 +115,13 @@ class PipelineConfig:
                 problems.append(f"{name} must be a directory or URL (e.g. /data/lake or s3://bucket/lake), got {v!r}")
             roots[name] = (v or "").strip() if isinstance(v, str) else ""
 
-        tables = _table_list("tables", params.get("tables"), problems)
+        tables = _table_list("tables", params.get("tables"), problems, patterns=True)
         if not tables and not any(p.startswith("tables") for p in problems):
-            problems.append("tables is empty: list at least one <database>.<table>, e.g. [\"shop.orders\"]")
+            problems.append("tables is empty: list at least one <database>.<table> or pattern, e.g. "
+                            "[\"shop.orders\"] or [\"shop.*\"]")  # fmt: skip
+        exclude = _table_list("exclude_tables", params.get("exclude_tables") or [], problems, patterns=True)
+        selection = TableSelection.parse(tables, exclude) if tables and not any(
+            p.startswith(("tables", "exclude_tables")) for p in problems) else None  # fmt: skip
         notes: list[str] = []
         resnapshot = _table_list("resnapshot_tables", params.get("resnapshot_tables") or [], problems)
         legacy = _table_list("backfill_tables", params.get("backfill_tables") or [], problems)
@@ -121,16 +131,19 @@ class PipelineConfig:
                 f"resnapshot_tables={legacy} instead"
             )
             resnapshot += [t for t in legacy if t not in resnapshot]
-        unknown = [t for t in resnapshot if t not in tables]
+        unknown = [t for t in resnapshot if selection is None or not selection.selects(t)]
         if unknown:
             problems.append(
-                f"resnapshot_tables {unknown} are not in tables {tables}: a table is re-snapshotted only if it is "
-                "captured; add it to tables as well"
+                f"resnapshot_tables {unknown} are not in tables {tables}"
+                + (f" minus exclude_tables {exclude}" if exclude else "")
+                + ": a table is re-snapshotted only if it is captured; add it to tables as well"
             )
         takeover = _table_list("takeover_tables", params.get("takeover_tables") or [], problems)
-        unknown = [t for t in takeover if t not in tables]
+        unknown = [t for t in takeover if selection is None or not selection.selects(t)]
         if unknown:
-            problems.append(f"takeover_tables {unknown} are not in tables {tables}: add them to tables as well")
+            problems.append(
+                f"takeover_tables {unknown} are not in tables {tables} (no entry selects them): add them to tables"
+            )
         allow_large = _bool("allow_large_plan", params.get("allow_large_plan", False), problems)
 
         chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
@@ -206,6 +219,7 @@ class PipelineConfig:
             allow_large_plan=bool(allow_large),
             stream_readers=int(stream_readers),  # type: ignore[arg-type]
             max_parallel_groups=int(max_parallel_groups),  # type: ignore[arg-type]
+            exclude_tables=exclude,
             notes=notes,
         )
 
@@ -220,7 +234,10 @@ def _norm_table(t: str) -> str:
     return t.strip().replace("`", "")
 
 
-def _table_list(name: str, value: Any, problems: list[str]) -> list[str]:
+def _table_list(name: str, value: Any, problems: list[str], patterns: bool = False) -> list[str]:
+    """Table names (or, with ``patterns``, names and patterns) from a list or its text form: a JSON
+    list, or entries separated by commas (a regular expression containing a comma needs the JSON
+    list form)."""
     if isinstance(value, str):  # a templated field rendered as text: JSON list or comma-separated
         text = value.strip()
         if text.startswith("["):
@@ -235,6 +252,15 @@ def _table_list(name: str, value: Any, problems: list[str]) -> list[str]:
         return []
     out: list[str] = []
     for v in value:
+        if patterns and isinstance(v, str) and v.strip():
+            try:
+                t = TablePattern.parse(v).text
+            except ValueError as exc:
+                problems.append(f"{name}: {exc}")
+                continue
+            if t not in out:
+                out.append(t)
+            continue
         if not isinstance(v, str) or not _TABLE.match(v.strip()):
             problems.append(f"{name}: {v!r} is not a table name written as <database>.<table>")
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.table import ColumnInfo, SourceSchemaError, TableId, TableSchema
+from airflow_provider_mysqlcdc.core.table_selection import CatalogTable
 
 _COLUMNS_SQL = """
 SELECT COLUMN_NAME, ORDINAL_POSITION, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME,
@@ -16,6 +17,25 @@ _PK_SQL = """
 SELECT COLUMN_NAME FROM information_schema.STATISTICS
 WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX
 """
+
+
+#: Server schemas no pattern selects (an exact name still can, and the source check then decides).
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+_CATALOG_SQL = f"""
+SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES
+WHERE TABLE_SCHEMA NOT IN ({", ".join(["%s"] * len(SYSTEM_SCHEMAS))})
+ORDER BY TABLE_SCHEMA, TABLE_NAME
+"""
+
+
+def list_catalog(conn: Any) -> list[CatalogTable]:
+    """Every table and view the CDC user can see, outside the system schemas, in one query (a plan
+    resolves all its patterns against this one listing)."""
+    with conn.cursor() as cur:
+        cur.execute(_CATALOG_SQL, SYSTEM_SCHEMAS)
+        rows = cur.fetchall()
+    return [CatalogTable(f"{db}.{name}", str(kind)) for db, name, kind in rows]
 
 
 def read_table_schema(conn: Any, table: TableId) -> TableSchema:

@@ -67,6 +67,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "sink_root",
         "state_root",
         "tables",
+        "exclude_tables",
         "chunk_size",
         "chunks_per_task",
         "startup_mode",
@@ -90,6 +91,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         sink_root: str,
         state_root: str,
         tables: list[str] | str,
+        exclude_tables: list[str] | str | None = None,
         chunk_size: int | str = DEFAULT_CHUNK_SIZE,
         chunks_per_task: int | str = DEFAULT_CHUNKS_PER_TASK,
         startup_mode: str = "initial",
@@ -112,6 +114,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.sink_root = sink_root
         self.state_root = state_root
         self.tables = tables
+        self.exclude_tables = exclude_tables
         self.chunk_size = chunk_size
         self.chunks_per_task = chunks_per_task
         self.startup_mode = startup_mode
@@ -134,6 +137,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             sink_root=self.sink_root,
             state_root=self.state_root,
             tables=self.tables,
+            exclude_tables=self.exclude_tables,
             chunk_size=self.chunk_size,
             chunks_per_task=self.chunks_per_task,
             startup_mode=self.startup_mode,
@@ -165,9 +169,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         except PipelineConfigError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
-            "pipeline %s: tables %s, startup_mode %s, re-snapshot %s, chunk_size %d, chunks_per_task %d",
-            config.pipeline_id, config.tables, config.startup_mode, config.resnapshot_tables or "none",
-            config.chunk_size, config.chunks_per_task,
+            "pipeline %s: tables %s%s, startup_mode %s, re-snapshot %s, chunk_size %d, chunks_per_task %d",
+            config.pipeline_id, config.tables, f" excluding {config.exclude_tables}" if config.exclude_tables else "",
+            config.startup_mode, config.resnapshot_tables or "none", config.chunk_size, config.chunks_per_task,
         )
         try:
             storage = lake_storage(self.storage_conn_id)
