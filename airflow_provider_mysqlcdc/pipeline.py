@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
+from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, RESOLVED_START_MODES, PipelineConfig
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, build_manifest, offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
@@ -46,7 +46,8 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
-from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE
+from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
+from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
@@ -116,6 +117,7 @@ def plan_run(
     table_owner: Callable[[str], str | None] | None = None,
     airflow_run_id: str | None = None,
     server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE,
+    binlog_settings: ConnectionSettings | None = None,
 ) -> PlanOutcome:
     """Check, decide, split, and record the plan. See the module doc.
 
@@ -124,6 +126,8 @@ def plan_run(
     ``server_id_range`` is the connection's: it must hold ``config.stream_readers`` plus
     ``config.max_parallel_groups`` ids, and the plan makes no more groups than its snapshot block
     has ids, so every group's binlog window reader has its own (``core/server_ids.py``).
+    ``binlog_settings`` (the source's connection settings) let ``startup_mode`` ``timestamp`` read
+    event times from the binlog, with the first snapshot group's server_id (no group runs yet).
     """
     try:
         server_ids = ServerIdLayout(server_id_range, config.stream_readers)
@@ -177,14 +181,15 @@ def plan_run(
 
     offsets: dict[str, OffsetStart] = {}
     if offset_tables:
-        if config.startup_mode == "specific-offset":
-            off = config.start_offset()
-            assert off is not None
+        if config.startup_mode in RESOLVED_START_MODES:
+            off = _resolved_start(conn, config, binlog_settings, server_ids.group_id(0))
             source_server.ensure_offset_available(conn, off)
             ckpt = checkpoint_offset(store)
             if ckpt is not None and off < ckpt:
+                mode = config.startup_mode
+                what = "specific_offset" if mode == "specific-offset" else f"the {mode} start"
                 raise PipelineStateError(
-                    f"specific_offset {off} is before the stream's checkpoint {ckpt}: the stream resumes from its "
+                    f"{what} {off} is before the stream's checkpoint {ckpt}: the stream resumes from its "
                     "checkpoint, so changes of the new tables before it would be skipped. Use an offset at or "
                     f"after {ckpt}, or startup_mode=initial to snapshot them"
                 )
@@ -230,6 +235,22 @@ def plan_run(
     )
     return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes,
                        choice)
+
+
+def _resolved_start(
+    conn: Any, config: PipelineConfig, binlog_settings: ConnectionSettings | None, server_id: int
+) -> BinlogOffset:
+    """Where new tables start for ``specific-offset``, ``earliest-offset`` and ``timestamp``."""
+    if config.startup_mode == "earliest-offset":
+        return earliest_offset(conn)
+    if config.startup_mode == "timestamp":
+        if binlog_settings is None or config.startup_timestamp is None:
+            raise PipelineStateError("startup_mode 'timestamp' needs the source's connection settings to read the "
+                                     "binlog's event times; pass binlog_settings to plan_run")  # fmt: skip
+        return offset_at_time(binlog_settings, conn, config.startup_timestamp, server_id)
+    off = config.start_offset()
+    assert off is not None
+    return off
 
 
 def _check_owners(

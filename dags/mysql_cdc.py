@@ -111,8 +111,13 @@ with DAG(
         ),
         "startup_mode": Param(
             "initial", enum=list(STARTUP_MODES), title="Startup mode",
-            description="initial = snapshot + stream; snapshot-only; latest-offset / specific-offset = new tables "
-            "start at that binlog offset with no snapshot.",
+            description="initial = snapshot + stream; snapshot-only; latest-offset / specific-offset / "
+            "earliest-offset (the oldest binlog the source keeps) / timestamp (the first transaction at or after "
+            "Startup timestamp) = new tables start there with no snapshot.",
+        ),
+        "startup_timestamp": Param(
+            None, type=["null", "string"], title="Startup timestamp",
+            description="For startup_mode timestamp: ISO 8601, e.g. 2026-11-24T10:00:00Z (no zone = UTC).",
         ),
         "specific_offset_file": Param(
             None, type=["null", "string"], title="Specific offset: binlog file",
@@ -172,6 +177,7 @@ with DAG(
         chunks_per_task="{{ params.chunks_per_task }}",
         startup_mode="{{ params.startup_mode }}",
         specific_offset={"file": "{{ params.specific_offset_file }}", "pos": "{{ params.specific_offset_pos }}"},
+        startup_timestamp="{{ params.startup_timestamp }}",
         resnapshot_tables="{{ params.resnapshot_tables }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
@@ -22,7 +23,9 @@ from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
 from airflow_provider_mysqlcdc.core.table_selection import TablePattern, TableSelection
 
-STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only")
+STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only", "earliest-offset", "timestamp")
+#: Modes that start new tables at an offset other than "now": the stream's checkpoint must not be past it.
+RESOLVED_START_MODES = ("specific-offset", "earliest-offset", "timestamp")
 #: Below this chunk size, or above MAX_CHUNKS_PER_TABLE chunks for one table, a plan is refused
 #: unless allow_large_plan is set: each chunk costs a query and bookkeeping, each group a Spark
 #: application, so such a plan is almost always a typo (chunk_size 1) and takes hours.
@@ -76,6 +79,7 @@ class PipelineConfig:
     stream_readers: int = DEFAULT_STREAM_READERS
     max_parallel_groups: int = DEFAULT_MAX_PARALLEL_GROUPS
     exclude_tables: list[str] = field(default_factory=list)
+    startup_timestamp: float | None = None  # epoch seconds, for startup_mode "timestamp"
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
@@ -188,6 +192,13 @@ class PipelineConfig:
                 offset = {"file": str(offset["file"]), "pos": pos}
         else:
             offset = None
+        startup_ts = _timestamp(params.get("startup_timestamp"), problems)
+        if mode == "timestamp" and startup_ts is None and not any(p.startswith("startup_timestamp") for p in problems):
+            problems.append(
+                "startup_mode 'timestamp' needs startup_timestamp: an ISO 8601 time such as "
+                "2026-11-24T10:00:00Z (no zone = UTC) or epoch seconds; new tables start at the first transaction "
+                "at or after it"
+            )
         skip_backfill = _bool("skip_backfill", params.get("skip_backfill", False), problems)
         ck = params.get("chunk_key_columns") or {}
         if isinstance(ck, str):
@@ -220,6 +231,7 @@ class PipelineConfig:
             stream_readers=int(stream_readers),  # type: ignore[arg-type]
             max_parallel_groups=int(max_parallel_groups),  # type: ignore[arg-type]
             exclude_tables=exclude,
+            startup_timestamp=startup_ts if mode == "timestamp" else None,
             notes=notes,
         )
 
@@ -297,6 +309,30 @@ def _int(name: str, value: Any, minimum: int, maximum: int | None, problems: lis
         problems.append(f"{name} must be {bound}, got {n}")
         return None
     return n
+
+
+def _timestamp(value: Any, problems: list[str]) -> float | None:
+    """Epoch seconds from epoch seconds (number or text) or ISO 8601 text; no zone means UTC."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        problems.append(f"startup_timestamp must be an ISO 8601 time or epoch seconds, got {value!r}")
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    text = str(value).strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        problems.append(
+            f"startup_timestamp {text!r} is neither an ISO 8601 time (2026-11-24T10:00:00Z) nor epoch seconds"
+        )
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
 def _parse_offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:

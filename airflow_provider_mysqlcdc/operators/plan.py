@@ -36,12 +36,16 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param pipeline_id: names the pipeline's directory in the state store (and its stream)
     :param sink_root: where the Delta tables go (``<sink_root>/<db>/<table>``)
     :param state_root: the state store: a local directory, or an fsspec URL shared by all workers
-    :param tables: ``<database>.<table>`` names to capture
+    :param tables: ``<database>.<table>`` names or patterns to capture (``shop.*``)
+    :param exclude_tables: names or patterns to leave out of what ``tables`` selects
     :param chunk_size: rows per chunk (the unit of the watermark-bracketed read)
     :param chunks_per_task: chunks per chunk group, i.e. per mapped snapshot task / Spark application
-    :param startup_mode: ``initial`` (snapshot + stream), ``snapshot-only``, ``latest-offset`` or
-        ``specific-offset`` (new tables start at ``specific_offset`` with no snapshot)
+    :param startup_mode: ``initial`` (snapshot + stream), ``snapshot-only``, ``latest-offset``,
+        ``specific-offset`` (new tables start at ``specific_offset`` with no snapshot),
+        ``earliest-offset`` (the oldest binlog the source keeps) or ``timestamp`` (the first
+        transaction at or after ``startup_timestamp``)
     :param specific_offset: ``{"file": "mysql-bin.000042", "pos": 4}`` for ``specific-offset``
+    :param startup_timestamp: ISO 8601 time (no zone = UTC) or epoch seconds, for ``timestamp``
     :param resnapshot_tables: captured tables to re-snapshot (``backfill_tables`` is the deprecated
         old name, still accepted)
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
@@ -72,6 +76,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "chunks_per_task",
         "startup_mode",
         "specific_offset",
+        "startup_timestamp",
         "resnapshot_tables",
         "backfill_tables",
         "skip_backfill",
@@ -96,6 +101,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         chunks_per_task: int | str = DEFAULT_CHUNKS_PER_TASK,
         startup_mode: str = "initial",
         specific_offset: dict[str, Any] | str | None = None,
+        startup_timestamp: str | float | None = None,
         resnapshot_tables: list[str] | str | None = None,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
@@ -119,6 +125,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.chunks_per_task = chunks_per_task
         self.startup_mode = startup_mode
         self.specific_offset = specific_offset
+        self.startup_timestamp = startup_timestamp
         self.resnapshot_tables = resnapshot_tables
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
@@ -142,6 +149,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             chunks_per_task=self.chunks_per_task,
             startup_mode=self.startup_mode,
             specific_offset=self.specific_offset,
+            startup_timestamp=self.startup_timestamp,
             resnapshot_tables=self.resnapshot_tables,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
@@ -186,7 +194,8 @@ class MySqlCdcPlanOperator(BaseOperator):
             with hook.connection() as conn:
                 outcome = plan_run(conn, store, config, plan_id, sink.exists, self.stop_timeout,
                                    table_owner=sink.owner_of, airflow_run_id=run_id,
-                                   server_id_range=hook.settings.server_id_range)  # fmt: skip
+                                   server_id_range=hook.settings.server_id_range,
+                                   binlog_settings=hook.settings)  # fmt: skip
         except (SourceCheckError, SourceSchemaError, BinlogUnavailableError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
         for note in outcome.notes:

@@ -120,3 +120,14 @@ def test_server_id_budget_params() -> None:
     assert (c.stream_readers, c.max_parallel_groups) == (6, 2) and c.to_dict()["stream_readers"] == 6
     with pytest.raises(PipelineConfigError, match="max_parallel_groups must be between 1 and 1024, got 0"):
         PipelineConfig.from_params(**{**BASE, "max_parallel_groups": 0})
+
+
+@pytest.mark.parametrize(("given", "epoch"), [
+    ("2026-11-24T10:00:00Z", 1795514400.0), ("2026-11-24T10:00:00", 1795514400.0),
+    ("2026-11-24T11:00:00+01:00", 1795514400.0), ("1795514400", 1795514400.0), (1795514400, 1795514400.0),
+])  # fmt: skip
+def test_startup_timestamp_forms(given: object, epoch: float) -> None:
+    cfg = PipelineConfig.from_params(**BASE, startup_mode="timestamp", startup_timestamp=given)
+    assert cfg.startup_timestamp == epoch
+    earliest = PipelineConfig.from_params(**BASE, startup_mode="earliest-offset", startup_timestamp=given)
+    assert earliest.startup_timestamp is None  # only the timestamp mode keeps it
