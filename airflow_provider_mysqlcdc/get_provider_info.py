@@ -64,6 +64,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_mysqlcdc.operators.plan",
                     "airflow_provider_mysqlcdc.operators.snapshot",
                     "airflow_provider_mysqlcdc.operators.stream",
+                    "airflow_provider_mysqlcdc.operators.verify",
                 ],
             }
         ],

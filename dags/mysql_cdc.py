@@ -17,7 +17,8 @@ Trigger it from the UI form or the CLI; every run reconciles the pipeline with i
   stream generation from the new table's watermarks);
 * ``resnapshot_tables=["db.t"]``: re-snapshots ``db.t`` while the stream runs on, then swaps its
   Delta table in with one commit (``backfill_tables``, the old name, still works);
-* nothing new: leaves a running stream alone, or restarts a stopped one from its checkpoint.
+* nothing new: leaves a running stream alone, or restarts a stopped one from its checkpoint;
+* ``verify=true``: ends the run by comparing every captured table with its source, chunk by chunk.
 
 ``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
 ``mysql_cdc``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
@@ -41,6 +42,7 @@ from airflow_provider_mysqlcdc.operators import (
     MySqlCdcSnapshotOperator,
     MySqlCdcStopStreamOperator,
     MySqlCdcStreamOperator,
+    MySqlCdcVerifyOperator,
 )
 from airflow_provider_mysqlcdc.sensors.stream import MySqlCdcStreamSensor
 
@@ -153,6 +155,12 @@ with DAG(
             title="Backfill tables (deprecated: use Re-snapshot tables)",
             description="The old name of resnapshot_tables; still accepted, with a warning in the plan task's log.",
         ),
+        "verify": Param(
+            False, type="boolean", title="Verify",
+            description="After the stream caught up, compare every captured table with its source chunk by chunk "
+            "(row count and a digest of every value, one scan per side; the stream keeps running). The task fails "
+            "naming each differing chunk.",
+        ),
         "skip_backfill": Param(
             False, type="boolean", title="Skip backfill",
             description="Skip the binlog window replay of each chunk (faster; at-least-once until the stream "
@@ -219,7 +227,15 @@ with DAG(
         timeout=3600,
         poke_interval=2,
     )
-    plan >> snapshot >> stream >> wait_caught_up
+    verify = MySqlCdcVerifyOperator(
+        task_id="verify",
+        pipeline_id="{{ params.pipeline_id }}",
+        state_root="{{ params.state_root }}",
+        sink_root="{{ params.sink_root }}",
+        enabled="{{ params.verify }}",
+        storage_conn_id="{{ params.storage_conn_id }}",
+    )
+    plan >> snapshot >> stream >> wait_caught_up >> verify
 
 with DAG(
     dag_id="mysql_cdc_stop",

@@ -110,7 +110,7 @@ def _run_under_writer(p: dict, conf: dict, seed: int, before: float = 1.0, after
 
 def test_first_run_snapshots_in_mapped_tasks_and_streams(pipeline: dict) -> None:
     first = pipeline["tables"][:2]  # t_int, t_comp
-    run = _run_under_writer(pipeline, {"tables": first}, seed=11)
+    run = _run_under_writer(pipeline, {"tables": first, "verify": True}, seed=11)
     assert run.state == "success", run.task_states
     groups = run.xcom("plan")
     assert len(groups) >= 2 and {g["group_id"] for g in groups} == set(range(len(groups)))
@@ -129,6 +129,10 @@ def test_first_run_snapshots_in_mapped_tasks_and_streams(pipeline: dict) -> None
     handle = run.xcom("stream")
     assert handle["launched"] and handle["running"] and not handle["from_checkpoint"]
     assert run.task_states[("wait_caught_up", -1)] == "success"
+    verified = run.xcom("verify")  # compared under the writer: every chunk equal, changed rows left out
+    assert run.task_states[("verify", -1)] == "success" and verified["ok"], verified
+    assert sorted(t["table"] for t in verified["tables"]) == sorted(first)
+    assert all(t["chunks"] >= 2 and t["source_rows"] > ROWS // 2 for t in verified["tables"]), verified
     _catch_up_and_compare(pipeline, first)
 
 
@@ -138,6 +142,7 @@ def test_adding_a_table_snapshots_only_that_table(pipeline: dict) -> None:
     tables = pipeline["tables"]
     run = _run_under_writer(pipeline, {"tables": tables}, seed=12)
     assert run.state == "success", run.task_states
+    assert run.task_states[("verify", -1)] == "skipped"  # the verify param is off by default
     summary = run.xcom("plan", key="plan_summary")
     assert summary["snapshot_tables"] == [tables[2]]
     assert summary["unchanged_tables"] == tables[:2]

@@ -1,0 +1,239 @@
+"""``verify``: prove that the lake equals the source, chunk by chunk, while the stream runs.
+
+The comparison is made at one consistent point without stopping anything (docs/architecture.md,
+"Verify"):
+
+1. open a consistent-snapshot transaction on the source; its binlog offset is O. Every chunk's
+   row count and digest sum are computed there, by the server (``mysql/chunk_digests.py``);
+2. wait until the stream's checkpoint has reached O: the lake then holds every change up to O;
+3. read each captured table from the lake, then the source's current end E: whatever the lake
+   shows happened before E;
+4. read the binlog ``(O, E]`` for the tables: the keys changed there are *in flight* — the source
+   snapshot shows them before, the lake maybe after. Their rows are taken out of both sides
+   (on the source by their own digests, read in the same snapshot), so every other row must be
+   identical; the in-flight rows are counted and left to the next run;
+5. compare per chunk; a chunk whose count or digest differs is reported with its key range.
+
+One scan of each table per side. The binlog reader uses the last server_id of the connection's
+range, which only the last of a full set of snapshot groups would use: do not run ``verify`` while
+a plan's snapshot tasks run (the example DAG runs it after them).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
+from airflow_provider_mysqlcdc.core.keys import INT
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.row_digest import (
+    ChunkDigest,
+    DigestPlan,
+    TableVerdict,
+    compare_chunks,
+    format_verdicts,
+    lake_chunk_digests,
+    normal_key,
+)
+from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
+from airflow_provider_mysqlcdc.mysql.chunk_digests import source_chunk_digests, source_row_digests
+from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.server import begin_consistent_snapshot, current_offset
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import checkpoint_offset
+
+log = logging.getLogger(__name__)
+
+
+class VerifyError(RuntimeError):
+    """verify could not compare (nothing captured, an unknown table, the stream not catching up)."""
+
+
+@dataclass
+class VerifyReport:
+    source_offset: BinlogOffset
+    lake_reached: BinlogOffset
+    verdicts: list[TableVerdict] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.verdicts)
+
+    def summary(self) -> str:
+        head = (f"verify at source offset {self.source_offset} (lake caught up to {self.lake_reached}): "
+                + ("every table matches" if self.ok else
+                   f"{sum(not v.ok for v in self.verdicts)} table(s) differ"))  # fmt: skip
+        lines = [head, format_verdicts(self.verdicts)]
+        for v in self.verdicts:
+            for d in v.details:
+                lines.append(f"  {v.table} chunk {d['chunk']} {d['range']}: source {d['source_rows']} rows, "
+                             f"lake {d['lake_rows']} rows, contents differ")  # fmt: skip
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "source_offset": str(self.source_offset), "lake_reached": str(self.lake_reached),
+                "tables": [v.to_dict() for v in self.verdicts], "seconds": self.seconds}  # fmt: skip
+
+
+def verify_pipeline(
+    settings: ConnectionSettings,
+    store: StateStore,
+    sink: DeltaSink,
+    tables: Sequence[str] | None = None,
+    *,
+    wait_timeout: float = 600.0,
+    progress: Callable[[str], None] = log.info,
+) -> VerifyReport:
+    """Compare ``tables`` (default: every captured table) of the source and the lake (module doc)."""
+    manifest = store.read_manifest()
+    if manifest is None or not manifest.tables:
+        raise VerifyError(f"pipeline {store.pipeline_id!r} has captured nothing yet: run the DAG first")
+    names = list(tables) if tables else sorted(manifest.tables)
+    unknown = [t for t in names if t not in manifest.tables]
+    if unknown:
+        raise VerifyError(f"{unknown} are not captured by pipeline {store.pipeline_id!r} (captured: "
+                          f"{sorted(manifest.tables)})")  # fmt: skip
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    conn = settings.connect()
+    try:
+        at = begin_consistent_snapshot(conn)
+        at = BinlogOffset(at.file, at.pos)
+        progress(f"source snapshot at {at}: computing chunk digests on the server for {len(names)} table(s)")
+        plans = {t: DigestPlan.of(manifest.tables[t].schema) for t in names}
+
+        def source_side() -> dict[str, list[ChunkDigest]]:
+            out = {}
+            for t in names:
+                out[t] = source_chunk_digests(conn, t, _splits(manifest.tables[t]), plans[t], manifest.collations)
+                progress(f"{t}: {len(out[t])} chunks, {sum(d.rows for d in out[t]):,} rows at the source")
+            timings["source_s"] = round(time.monotonic() - t0, 3)
+            return out
+
+        # The server computes its side while this process waits for the stream and digests the lake.
+        with ThreadPoolExecutor(1, thread_name_prefix="verify-source") as pool:
+            pending = pool.submit(source_side)
+            reached = _wait_for_stream(store, manifest, at, wait_timeout, progress)
+            t1 = time.monotonic()
+            lake = {t: sink.read(t) for t in names}
+            with settings.connect() as probe:
+                end = current_offset(probe)
+            end = BinlogOffset(end.file, end.pos)
+            timings["lake_read_s"] = round(time.monotonic() - t1, 3)
+            t2 = time.monotonic()
+            moved = _changed_keys(settings, manifest, names, at, end)
+            progress(f"binlog {at}..{end}: {sum(len(k) for k in moved.values())} key(s) changed while verifying")
+            lake_digests = {}
+            for t in names:
+                splits = _splits(manifest.tables[t])
+                chunk_of = _chunk_index(splits, ChunkLocator(splits, manifest.collations))
+                lake_digests[t], _ = lake_chunk_digests(lake[t], plans[t], chunk_of,
+                                                        manifest.tables[t].chunk_key_columns, len(splits), moved[t])
+                lake[t] = None  # type: ignore[assignment]  # release the rows
+            timings["lake_digest_s"] = round(time.monotonic() - t2, 3)
+            source = pending.result()
+
+        t3 = time.monotonic()
+        verdicts = []
+        for t in names:
+            captured = manifest.tables[t]
+            splits = _splits(captured)
+            locator = ChunkLocator(splits, manifest.collations)
+            chunk_of = _chunk_index(splits, locator)
+            src = [ChunkDigest(d.rows, d.digest) for d in source[t]]
+            if moved[t]:  # take the in-flight rows out of the source side, by their own digests
+                digests = source_row_digests(conn, t, splits[0].key_columns, moved[t], plans[t], manifest.collations)
+                for key, idx in zip(digests, chunk_of(list(digests)), strict=True):
+                    src[idx].add(digests[key], sign=-1)
+            verdict = compare_chunks(t, src, lake_digests[t], [_bounds(s) for s in splits])
+            verdict.in_flight_keys = len(moved[t])
+            verdict.unchecked_columns = dict(plans[t].unchecked)
+            verdicts.append(verdict)
+            progress(f"{t}: {'matches' if verdict.ok else f'{len(verdict.differing)} chunk(s) differ'}")
+        timings["compare_s"] = round(time.monotonic() - t3, 3)
+        timings["total_s"] = round(time.monotonic() - t0, 3)
+        return VerifyReport(at, reached, verdicts, timings)
+    finally:
+        try:
+            conn.rollback()
+        finally:
+            conn.close()
+
+
+def _splits(captured: CapturedTable) -> list[Any]:
+    return sorted((c.chunk for c in captured.chunks), key=lambda s: s.split_id)
+
+
+def _bounds(split: Any) -> str:
+    lo = "-inf" if split.start is None else ", ".join(map(str, split.start))
+    hi = "+inf" if split.end is None else ", ".join(map(str, split.end))
+    return f"[{lo} .. {hi})"
+
+
+def _chunk_index(splits: list[Any], locator: ChunkLocator) -> Callable[[list[tuple[Any, ...]]], Sequence[int]]:
+    """Keys -> chunk indexes; vectorised for the common single integer key."""
+    cols = splits[0].key_columns
+    by_locator = lambda keys: [locator.index_of(k) for k in keys]  # noqa: E731
+    if len(cols) != 1 or cols[0].kind != INT:
+        return by_locator
+    try:
+        bounds = np.array([int(s.start[0]) for s in splits[1:]], dtype=np.int64)
+    except OverflowError:  # BIGINT UNSIGNED beyond 2**63
+        return by_locator
+
+    def by_search(keys: list[tuple[Any, ...]]) -> Sequence[int]:
+        try:
+            values = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+        except OverflowError:
+            return by_locator(keys)
+        return np.searchsorted(bounds, values, side="right")  # type: ignore[no-any-return]
+
+    return by_search
+
+
+def _wait_for_stream(
+    store: StateStore, manifest: Manifest, at: BinlogOffset, timeout: float, progress: Callable[[str], None]
+) -> BinlogOffset:
+    deadline = time.monotonic() + timeout
+    while True:
+        reached = checkpoint_offset(store, manifest)
+        if reached is not None and reached >= at:
+            return reached
+        if time.monotonic() > deadline:
+            raise VerifyError(
+                f"the stream has not applied the source up to {at} within {timeout:.0f}s (its checkpoint is at "
+                f"{reached or 'nothing yet'}): is it running? Start it (trigger the DAG), or raise the timeout"
+            )
+        progress(f"waiting for the stream to reach {at} (checkpoint at {reached or 'nothing yet'})")
+        time.sleep(min(2.0, max(0.2, deadline - time.monotonic())))
+
+
+def _changed_keys(
+    settings: ConnectionSettings, manifest: Manifest, names: list[str], start: BinlogOffset, end: BinlogOffset
+) -> dict[str, set[tuple[Any, ...]]]:
+    """Chunk-key tuples of every row image of ``names`` changed in ``(start, end]``."""
+    moved: dict[str, set[tuple[Any, ...]]] = {t: set() for t in names}
+    if not start < end:
+        return moved
+    keys = {t: manifest.tables[t].chunk_key_columns for t in names}
+    server_id = settings.server_id_range[1]
+    with BinlogRangeReader(settings, start, end, names, server_id,
+                           schemas={t: manifest.tables[t].schema for t in names}) as reader:  # fmt: skip
+        for change in reader:
+            for image in (change.before, change.after):
+                if image is not None:
+                    moved[change.table].add(normal_key(image[k] for k in keys[change.table]))
+    return moved
+
+
+__all__ = ["VerifyError", "VerifyReport", "verify_pipeline"]
