@@ -1,6 +1,7 @@
 """Streaming benchmark: binlog -> Delta throughput against a bare binlog reader, and end-to-end lag.
 
     .venv/bin/python bench/stream.py [--events 300000] [--repeats 2] [--lag-seconds 30] [--lag-rate 500]
+        [--lag-rate-high 5000] [--lag-trigger S] [--only-lag]
 
 Creates its own private MariaDB and a table shaped like a typical fact table (BIGINT PK, INT,
 VARCHAR(16), DECIMAL(12,2), DATETIME(6), VARCHAR(200) of ~100 chars, TINYINT), snapshots it into a
@@ -27,8 +28,10 @@ default: at Spark's default 1g the single-reader run dies of a Java heap OOM, se
   is reported apart), ratios against the bare reader. The machine is shared: bare / readers=2 /
   readers=1 run ``--repeats`` times, interleaved, the best of each is reported, and every run
   carries the CPU our process tree used and the busy cores that were not ours (``foreign_cores``);
-* lag: a stream (readers=2, trigger 0.5 s) from the current offset, a writer doing ``--lag-rate``
-  single-row UPDATE transactions/s on random distinct keys for ``--lag-seconds``; each update
+* lag: a stream (readers=2, trigger ``--lag-trigger``: the product's default unless given) from
+  the current offset, a writer doing ``--lag-rate`` single-row UPDATE transactions/s on random
+  distinct keys for ``--lag-seconds``; then the same at ``--lag-rate-high`` rows/s (5,000: ten-row
+  transactions, ``--lag-high-tx-rows``) -> ``lag_p99_s_5k``; after each, sink == source is checked; each update
   writes a unique value into ``customer`` and records when its commit returned; a poller reads the
   Delta log every 0.2 s and records when each table version first became visible; afterwards each
   version is scanned for the values it made visible. ``lag = visible - committed`` per change
@@ -474,11 +477,12 @@ def breakdown(
 
 # ----------------------------------------------------------------------------- lag
 class LagWriter(threading.Thread):
-    """``rate`` single-row UPDATE transactions/s on distinct random keys; records each commit time."""
+    """``rate`` row UPDATEs/s on distinct random keys, ``rows_per_tx`` single-row UPDATEs per
+    transaction; records each change's commit time."""
 
-    def __init__(self, server: MariaDBServer, rows: int, rate: float, seconds: float):
+    def __init__(self, server: MariaDBServer, rows: int, rate: float, seconds: float, rows_per_tx: int = 1):
         super().__init__(daemon=True)
-        self.server, self.rate, self.seconds = server, rate, seconds
+        self.server, self.rate, self.seconds, self.rows_per_tx = server, rate, seconds, max(1, rows_per_tx)
         total = int(rate * seconds) + 1
         self.keys = random.Random(11).sample(range(1, rows + 1), min(rows, total))
         self.committed: dict[int, float] = {}  # customer value -> wall time the commit returned
@@ -489,13 +493,21 @@ class LagWriter(threading.Thread):
             conn = self.server.root_connection("bench")
             cur = conn.cursor()
             t0 = time.monotonic()
-            for i, key in enumerate(self.keys):
+            n = self.rows_per_tx
+            for i in range(0, len(self.keys), n):
                 if time.monotonic() - t0 >= self.seconds:
                     break
-                seq = SEQ_BASE + i
-                cur.execute("UPDATE orders SET customer = %s, created = NOW(6) WHERE id = %s", (seq, key))
-                self.committed[seq] = time.time()  # autocommit: the statement's return is the commit
-                delay = t0 + (i + 1) / self.rate - time.monotonic()
+                batch = [(SEQ_BASE + i + j, key) for j, key in enumerate(self.keys[i : i + n])]
+                if n > 1:
+                    conn.begin()
+                for seq, key in batch:
+                    cur.execute("UPDATE orders SET customer = %s, created = NOW(6) WHERE id = %s", (seq, key))
+                if n > 1:
+                    conn.commit()
+                done = time.time()  # the commit returned (autocommit for single rows)
+                for seq, _ in batch:
+                    self.committed[seq] = done
+                delay = t0 + (i + len(batch)) / self.rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
             conn.close()
@@ -530,11 +542,12 @@ def _pct(values: list[float], q: float) -> float:
 def lag_run(
     spark: Any, server: MariaDBServer, settings: ConnectionSettings, work: str, base: dict[str, Any],
     lake_from: str, rows: int, rate: float, seconds: float, timings: Timings, max_events: int | None,
+    trigger: float, rows_per_tx: int = 1, name: str = "lag",
 ) -> dict[str, Any]:
     start = offset_now(settings)
-    store, sink = pipeline(work, "lag", manifest_from(base, start), lake_from)
+    store, sink = pipeline(work, name, manifest_from(base, start), lake_from)
     uri = sink.table_uri(TABLE)
-    opts = StreamOptions(trigger_seconds=0.5, readers=2, max_events_per_trigger=max_events)
+    opts = StreamOptions(trigger_seconds=trigger, readers=2, max_events_per_trigger=max_events)
     query = start_stream(spark, settings, store, sink, opts)
     try:
         # the query is up once it has run its first (empty) trigger
@@ -548,7 +561,7 @@ def lag_run(
         v0 = DeltaTable(uri).version()
         poller = DeltaPoller(uri)
         poller.start()
-        writer = LagWriter(server, rows, rate, seconds)
+        writer = LagWriter(server, rows, rate, seconds, rows_per_tx)
         t0 = time.monotonic()
         writer.start()
         writer.join()
@@ -581,8 +594,8 @@ def lag_run(
     missing = len(writer.committed) - len(lags)
     if missing:
         log.warning("lag: %d of %d changes never became visible", missing, len(writer.committed))
-    status_lags = [b["status_lag_s"] for b in timings.of("lag") if b["status_lag_s"] is not None]
-    batches = timings.of("lag")
+    status_lags = [b["status_lag_s"] for b in timings.of(name) if b["status_lag_s"] is not None]
+    batches = timings.of(name)
     out = {
         "lag_changes": len(writer.committed),
         "lag_write_rate": round(len(writer.committed) / write_secs, 1),
@@ -601,6 +614,9 @@ def lag_run(
         "lag_batch_merge_s_mean": round(statistics.mean(b["merge_s"] for b in batches), 3) if batches else None,
         "lag_batch_apply_s_mean": round(statistics.mean(b["apply_s"] for b in batches), 3) if batches else None,
         "lag_delta_versions": len([v for v in poller.seen if v > v0]),
+        "lag_trigger_seconds": trigger,
+        "lag_rows_per_tx": rows_per_tx,
+        "lag_sink_matches_source": check_sink(server, sink),
     }
     log.info("lag: %s", out)
     return out
@@ -614,7 +630,13 @@ def main() -> int:
     p.add_argument("--tx-rows", type=int, default=1000, help="rows per UPDATE transaction")
     p.add_argument("--chunk-size", type=int, default=50_000)
     p.add_argument("--lag-seconds", type=float, default=30.0)
-    p.add_argument("--lag-rate", type=float, default=500.0)
+    p.add_argument("--lag-rate", type=float, default=500.0, help="changed rows/s of the lag scenario")
+    p.add_argument("--lag-rate-high", type=float, default=5000.0,
+                   help="changed rows/s of the high-load lag scenario (lag_p99_s_5k); 0 skips it")
+    p.add_argument("--lag-high-tx-rows", type=int, default=10, help="rows per transaction of the high-load scenario")
+    p.add_argument("--lag-trigger", type=float, default=StreamOptions().trigger_seconds,
+                   help="trigger interval of the lag streams (default: the product's default)")
+    p.add_argument("--only-lag", action="store_true", help="skip the throughput runs (lag scenarios only)")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-layer single-core breakdown")
     p.add_argument("--max-events-per-trigger", type=int, default=StreamOptions().max_events_per_trigger)
     p.add_argument("--repeats", type=int, default=2, help="throughput runs of each kind; the best is reported")
@@ -682,7 +704,8 @@ def main() -> int:
         # the changes to stream
         start = offset_now(settings)
         t = time.monotonic()
-        changed = bulk_updates(server, rows, args.events, args.tx_rows)
+        # (--only-lag: none, so that the warm-up's lake still equals the source for the lag streams)
+        changed = bulk_updates(server, rows, 0 if args.only_lag else args.events, args.tx_rows)
         end = offset_now(settings)
         load_secs = time.monotonic() - t
         with settings.connect() as conn, conn.cursor() as cur:
@@ -699,7 +722,7 @@ def main() -> int:
         r1_runs: list[dict[str, Any]] = []
         parts: dict[str, Any] = {}
         sinks_ok = True
-        for rep in range(args.repeats):
+        for rep in range(0 if args.only_lag else args.repeats):
             mark = meter.start()
             bare_rows, bare_secs, bare_cpu = bare_reader(settings, start, 7101 + rep)
             bare_runs.append({"rows": bare_rows, "seconds": round(bare_secs, 3), "cpu_seconds": round(bare_cpu, 3),
@@ -714,13 +737,25 @@ def main() -> int:
                 runs.append(throughput_run(spark, settings, work, name, manifest, warm_lake, end, readers, timings,
                                            changed, cap))
                 sinks_ok = check_sink(server, DeltaSink(f"{work}/lake-{name}")) and sinks_ok
+        lag_lake = f"{work}/lake-warm" if args.only_lag else f"{work}/lake-r2-0"
+        lag = lag_run(spark, server, settings, work, base, lag_lake, rows, args.lag_rate, args.lag_seconds, timings,
+                      cap, args.lag_trigger)
+        lag_high: dict[str, Any] = {}
+        if args.lag_rate_high:
+            lag_high = lag_run(spark, server, settings, work, base, f"{work}/lake-lag", rows, args.lag_rate_high,
+                               args.lag_seconds, timings, cap, args.lag_trigger, args.lag_high_tx_rows, "lag5k")
+        if args.only_lag:
+            print(json.dumps({"lag_p50_s": lag["lag_p50_s"], "lag_p99_s": lag["lag_p99_s"],
+                              "lag_p99_s_5k": lag_high.get("lag_p99_s"), "lag": lag, "lag_5k": lag_high,
+                              "sink_matches_source": lag["lag_sink_matches_source"]
+                              and lag_high.get("lag_sink_matches_source", True),
+                              "total_seconds": round(time.monotonic() - t_begin, 1),
+                              "load_average_1m": round(os.getloadavg()[0], 2)}))  # fmt: skip
+            return 0
         bare = max(bare_runs, key=lambda r: r["rows_per_s"])
         bare_rps = bare["rows_per_s"]
         r2 = max(r2_runs, key=lambda r: r["rows_per_s"])
         r1 = max(r1_runs, key=lambda r: r["rows_per_s"])
-
-        lag = lag_run(spark, server, settings, work, base, f"{work}/lake-r2-0", rows, args.lag_rate,
-                      args.lag_seconds, timings, cap)
 
         out: dict[str, Any] = {
             "events": changed,
@@ -735,6 +770,7 @@ def main() -> int:
             "ratio_incl_startup_vs_bare_reader": round(r2["rows_per_s_incl_startup"] / bare_rps, 3),
             "lag_p50_s": lag["lag_p50_s"],
             "lag_p99_s": lag["lag_p99_s"],
+            "lag_p99_s_5k": lag_high.get("lag_p99_s"),
             "bare_reader": bare,
             "bare_reader_rows_per_cpu_s": round(bare["rows"] / bare["cpu_seconds"]),
             "stream_rows_per_cpu_s": r2["rows_per_cpu_s"],
@@ -742,7 +778,8 @@ def main() -> int:
             "driver_memory": args.driver_memory,
             "stream": r2,
             "single_reader": r1,
-            "sink_matches_source": sinks_ok,
+            "sink_matches_source": sinks_ok and lag["lag_sink_matches_source"]
+            and lag_high.get("lag_sink_matches_source", True),
             "samples": {
                 "bare_reader": [(r["rows_per_s"], r["foreign_cores"]) for r in bare_runs],
                 "stream": [(r["rows_per_s"], r["cpu"]["foreign_cores"]) for r in r2_runs],
@@ -751,6 +788,7 @@ def main() -> int:
             },
             "breakdown": parts,
             "lag": lag,
+            "lag_5k": lag_high,
             "huge_tx": huge,
             "total_seconds": round(time.monotonic() - t_begin, 1),
             "load_average_start": [round(x, 2) for x in load_start],
