@@ -59,7 +59,7 @@ def test_verify_passes_under_writes_and_names_planted_differences(  # type: igno
     writer.start()
     try:
         with cdc_settings.connect() as conn:
-            plan = plan_snapshot(conn, tables, 500, 12)
+            plan = plan_snapshot(conn, tables, 500, 64)  # one group: one Spark job
         store.write_plan("p1", plan.to_dict())
         for g in plan.groups:
             run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink)
