@@ -48,10 +48,11 @@ from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
 from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
-from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot, with_repaired_chunks
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tables
+from airflow_provider_mysqlcdc.sinks.delta_chunk_swap import swap_chunk_rows
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
     SCHEMA_CHANGE,
@@ -91,6 +92,7 @@ class PlanOutcome:
     stopped_stream: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     choice: TableChoice | None = None  # what the table selection matched, skipped and excluded
+    repair_chunks: dict[str, list[int]] = field(default_factory=dict)  # table -> chunks re-snapshotted
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +103,7 @@ class PlanOutcome:
             "snapshot_tables": self.snapshot_tables,
             "offset_tables": self.offset_tables,
             "resnapshot_tables": self.resnapshot_tables,
+            "repair_chunks": self.repair_chunks,
             "unchanged_tables": self.unchanged_tables,
             "stopped_stream": bool(self.stopped_stream and self.stopped_stream.get("stopped")),
             "notes": self.notes,
@@ -155,17 +158,25 @@ def plan_run(
             )
     snapshot_tables = [t for t in tables if t in new or t in backfill] if config.snapshots else []
     offset_tables = [] if config.snapshots else new
-    unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables]
+    repairs = _repairs(config, captured, snapshot_tables, notes)
+    unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables and t not in repairs]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
     # hand-over only (a re-snapshot is swapped in whole there, while the stream is paused).
     stopped = None
     record = PlanRecord()
-    if snapshot_tables:
+    if snapshot_tables or repairs:
         max_groups = min(MAX_MAPPED_GROUPS, server_ids.max_groups)
         plan = plan_snapshot(
             conn, snapshot_tables, config.chunk_size, config.chunks_per_task, config.chunk_key_columns, max_groups
-        )
+        ) if snapshot_tables else None  # fmt: skip
+        if repairs:
+            assert manifest is not None
+            try:
+                plan = with_repaired_chunks(plan, manifest.tables, repairs, manifest.collations,
+                                            config.chunks_per_task, max_groups)  # fmt: skip
+            except ValueError as exc:
+                raise PipelineStateError(str(exc)) from None
         if max_groups < MAX_MAPPED_GROUPS and len(plan.splits) > max_groups * config.chunks_per_task:
             notes.append(
                 f"{len(plan.splits)} chunks packed into {max_groups} groups (more than chunks_per_task="
@@ -211,20 +222,21 @@ def plan_run(
         pipeline=config.to_dict(),
         plan_id=plan_id,
         created_at=time.time(),
-        snapshot_tables=snapshot_tables,
+        snapshot_tables=snapshot_tables + list(repairs),
         resnapshot_tables=backfill,
+        repair_chunks=repairs,
         takeover_tables=[t for t in config.takeover_tables if t in snapshot_tables],
         airflow_run_id=airflow_run_id,
         # A table whose Delta table already exists (a backfill, or an earlier run that failed
         # half-way) is swapped in one commit at the end, never committed group by group.
-        deferred_commit_tables=[t for t in snapshot_tables if sink_exists(t)],
+        deferred_commit_tables=[t for t in [*snapshot_tables, *repairs] if sink_exists(t)],
         offset_tables=offsets,
         skip_backfill=config.skip_backfill,
         finalized=False,
     )
     store.write_plan_record(plan_id, record)
     store.write_plan_pointer(
-        PlanPointer(plan_id, snapshot_tables + offset_tables, finalized=False, at=time.time(),
+        PlanPointer(plan_id, snapshot_tables + list(repairs) + offset_tables, finalized=False, at=time.time(),
                     airflow_run_id=airflow_run_id)
     )  # fmt: skip
     for n in notes:
@@ -234,7 +246,25 @@ def plan_run(
         plan_id, snapshot_tables or "nothing", chunks, len(groups), offset_tables or "none", unchanged or "none",
     )
     return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes,
-                       choice)
+                       choice, repairs)
+
+
+def _repairs(config: PipelineConfig, captured: set[str], snapshot_tables: list[str], notes: list[str]) -> dict[
+    str, list[int]
+]:
+    """The chunks to repair: of captured tables not snapshotted whole by this run anyway."""
+    if not config.repair_chunks:
+        return {}
+    missing = sorted(t for t in config.repair_chunks if t not in captured)
+    if missing:
+        raise PipelineStateError(
+            f"repair_chunks names {missing}, which this pipeline does not capture yet: only a captured table's "
+            "chunks can be repaired (a new table is snapshotted whole)"
+        )
+    whole = sorted(t for t in config.repair_chunks if t in snapshot_tables)
+    if whole:
+        notes.append(f"{whole} are snapshotted whole by this run: their repair_chunks are not needed")
+    return {t: ids for t, ids in config.repair_chunks.items() if t not in snapshot_tables}
 
 
 def _resolved_start(
@@ -308,6 +338,7 @@ class FinalizeOutcome:
     tables: list[str]
     new_generation: int | None = None
     reloaded: bool = False  # the running stream was paused and resumed with the new manifest
+    repaired: dict[str, list[int]] = field(default_factory=dict)  # table -> chunks swapped in
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -346,10 +377,12 @@ def finalize_run(
             )
     old = store.read_manifest()
     new_tables: dict[str, CapturedTable] = {}
+    repaired: dict[str, CapturedTable] = {}  # only the repaired chunks, with their new HWs
     collations: dict[str, Collation] = {}
     if group_ids:
         part = build_manifest(record.snapshot_plan(), store.read_all_results(plan_id))  # names chunks without results
-        new_tables.update(part.tables)
+        for t, entry in part.tables.items():
+            (repaired if t in record.repair_chunks else new_tables)[t] = entry
         collations.update(part.collations)
     for t, o in record.offset_tables.items():
         schema = o.table_schema()
@@ -358,8 +391,8 @@ def finalize_run(
         sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t].merge_key)
 
     paused: dict[str, Any] = {}
-    if new_tables and stream_state(store)["running"]:
-        log.info("pausing the stream to hand %s over to it", sorted(new_tables))
+    if (new_tables or repaired) and stream_state(store)["running"]:
+        log.info("pausing the stream to hand %s over to it", sorted([*new_tables, *repaired]))
         paused = pause_stream(store, timeout=stop_timeout)
     ckpt = checkpoint_offset(store, old)
 
@@ -370,16 +403,25 @@ def finalize_run(
             report = store.read_group_report(plan_id, g)
             files += report.staged_files.get(t, []) if report else []
         key = new_tables[t].merge_key if t in new_tables else list(schema.primary_key)
+        if t in repaired and old is not None:
+            meta = {"plan_id": plan_id, "repair_chunks": record.repair_chunks[t]}
+            swap_chunk_rows(sink, t, old.tables[t], old.collations, record.repair_chunks[t], files,
+                            cdc_types.arrow_schema(schema), meta)  # fmt: skip
+            continue
         meta = {"plan_id": plan_id, "re_snapshot": True}
         sink.replace_with_files(t, files, cdc_types.arrow_schema(schema), meta, primary_key=key)
 
     manifest = old
     new_generation = None
-    if new_tables:
+    if new_tables or repaired:
         manifest = old.merged(new_tables, collations) if old else Manifest.of(new_tables, collations)
-        early = [t for t, e in new_tables.items() if ckpt is not None and e.min_high_watermark < ckpt]
+        for t, entry in repaired.items():
+            manifest = manifest.with_chunks(t, entry.chunks)
+        fresh = {**new_tables, **repaired}
+        early = [t for t, e in fresh.items() if ckpt is not None and e.min_high_watermark < ckpt]
         if old is not None and ckpt is not None and early:
-            manifest = manifest.handed_over(store.pipeline_id, ckpt, new_tables)
+            manifest = manifest.handed_over(store.pipeline_id, ckpt, new_tables,
+                                            {t: record.repair_chunks[t] for t in repaired})  # fmt: skip
             new_generation = manifest.generation.number
             log.info(
                 "the stream ran past the snapshot of %s (checkpoint %s): stream generation %d starts from the "
@@ -392,6 +434,7 @@ def finalize_run(
     out = FinalizeOutcome(
         plan_id=plan_id,
         added=added,
+        repaired={t: record.repair_chunks[t] for t in repaired},
         resnapshotted=[t for t in new_tables if t not in added],
         start_offset=None if manifest is None else manifest.start_offset.to_dict(),
         checkpoint_offset=None if ckpt is None else ckpt.to_dict(),
@@ -408,8 +451,8 @@ def finalize_run(
         out.reloaded = True
         log.info("the stream resumed with the new manifest in %.1fs", time.monotonic() - t0)
     log.info(
-        "plan %s finalized: added %s, re-snapshotted %s; the stream captures %s",
-        plan_id, out.added or "none", out.resnapshotted or "none", out.tables,
+        "plan %s finalized: added %s, re-snapshotted %s, repaired chunks %s; the stream captures %s",
+        plan_id, out.added or "none", out.resnapshotted or "none", out.repaired or "none", out.tables,
     )
     return out
 

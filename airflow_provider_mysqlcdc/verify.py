@@ -21,6 +21,7 @@ a plan's snapshot tasks run (the example DAG runs it after them).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,10 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
-from airflow_provider_mysqlcdc.core.keys import INT
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.row_digest import (
@@ -78,11 +76,20 @@ class VerifyReport:
             for d in v.details:
                 lines.append(f"  {v.table} chunk {d['chunk']} {d['range']}: source {d['source_rows']} rows, "
                              f"lake {d['lake_rows']} rows, contents differ")  # fmt: skip
+        if not self.ok:
+            lines.append(f"repair them, with the stream running: trigger the DAG with repair_chunks="
+                         f"{json.dumps(self.repair_chunks)}")  # fmt: skip
         return "\n".join(lines)
+
+    @property
+    def repair_chunks(self) -> dict[str, list[int]]:
+        """The differing chunks, as the ``repair_chunks`` param takes them."""
+        return {v.table: list(v.differing) for v in self.verdicts if v.differing}
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "source_offset": str(self.source_offset), "lake_reached": str(self.lake_reached),
-                "tables": [v.to_dict() for v in self.verdicts], "seconds": self.seconds}  # fmt: skip
+                "tables": [v.to_dict() for v in self.verdicts], "repair_chunks": self.repair_chunks,
+                "seconds": self.seconds}  # fmt: skip
 
 
 def verify_pipeline(
@@ -136,7 +143,7 @@ def verify_pipeline(
             lake_digests = {}
             for t in names:
                 splits = _splits(manifest.tables[t])
-                chunk_of = _chunk_index(splits, ChunkLocator(splits, manifest.collations))
+                chunk_of = ChunkLocator(splits, manifest.collations).indexes_of
                 lake_digests[t], _ = lake_chunk_digests(lake[t], plans[t], chunk_of,
                                                         manifest.tables[t].chunk_key_columns, len(splits), moved[t])
                 lake[t] = None  # type: ignore[assignment]  # release the rows
@@ -148,8 +155,7 @@ def verify_pipeline(
         for t in names:
             captured = manifest.tables[t]
             splits = _splits(captured)
-            locator = ChunkLocator(splits, manifest.collations)
-            chunk_of = _chunk_index(splits, locator)
+            chunk_of = ChunkLocator(splits, manifest.collations).indexes_of
             src = [ChunkDigest(d.rows, d.digest) for d in source[t]]
             if moved[t]:  # take the in-flight rows out of the source side, by their own digests
                 digests = source_row_digests(conn, t, splits[0].key_columns, moved[t], plans[t], manifest.collations)
@@ -178,27 +184,6 @@ def _bounds(split: Any) -> str:
     lo = "-inf" if split.start is None else ", ".join(map(str, split.start))
     hi = "+inf" if split.end is None else ", ".join(map(str, split.end))
     return f"[{lo} .. {hi})"
-
-
-def _chunk_index(splits: list[Any], locator: ChunkLocator) -> Callable[[list[tuple[Any, ...]]], Sequence[int]]:
-    """Keys -> chunk indexes; vectorised for the common single integer key."""
-    cols = splits[0].key_columns
-    by_locator = lambda keys: [locator.index_of(k) for k in keys]  # noqa: E731
-    if len(cols) != 1 or cols[0].kind != INT:
-        return by_locator
-    try:
-        bounds = np.array([int(s.start[0]) for s in splits[1:]], dtype=np.int64)
-    except OverflowError:  # BIGINT UNSIGNED beyond 2**63
-        return by_locator
-
-    def by_search(keys: list[tuple[Any, ...]]) -> Sequence[int]:
-        try:
-            values = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
-        except OverflowError:
-            return by_locator(keys)
-        return np.searchsorted(bounds, values, side="right")  # type: ignore[no-any-return]
-
-    return by_search
 
 
 def _wait_for_stream(

@@ -18,7 +18,8 @@ Trigger it from the UI form or the CLI; every run reconciles the pipeline with i
 * ``resnapshot_tables=["db.t"]``: re-snapshots ``db.t`` while the stream runs on, then swaps its
   Delta table in with one commit (``backfill_tables``, the old name, still works);
 * nothing new: leaves a running stream alone, or restarts a stopped one from its checkpoint;
-* ``verify=true``: ends the run by comparing every captured table with its source, chunk by chunk.
+* ``verify=true``: ends the run by comparing every captured table with its source, chunk by chunk;
+  ``repair_chunks={"db.t": [3]}`` (what it reports) re-snapshots only those chunks, stream running.
 
 ``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
 ``mysql_cdc``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
@@ -141,6 +142,11 @@ with DAG(
             propertyNames={"pattern": TABLE_PATTERN},
             additionalProperties={"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
         ),
+        "repair_chunks": Param(
+            {}, type="object", title="Repair chunks",
+            description="What a failed verify reports, e.g. {\"shop.orders\": [3, 7]}: only those chunks are "
+            "snapshotted again and swapped in (one Delta commit per table) while the stream runs.",
+        ),
         "takeover_tables": Param(
             [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
@@ -187,6 +193,7 @@ with DAG(
         specific_offset={"file": "{{ params.specific_offset_file }}", "pos": "{{ params.specific_offset_pos }}"},
         startup_timestamp="{{ params.startup_timestamp }}",
         resnapshot_tables="{{ params.resnapshot_tables }}",
+        repair_chunks="{{ params.repair_chunks }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
         chunk_key_columns="{{ params.chunk_key_columns }}",

@@ -15,7 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from airflow_provider_mysqlcdc.core.keys import (
+    INT,
     Collation,
     KeyColumn,
     KeyOrder,
@@ -80,6 +83,31 @@ class SnapshotChunk:
         return cls(d["table"], int(d["split_id"]), cols, dec(d.get("start")), dec(d.get("end")))
 
 
+def fill_gaps(splits: Sequence[SnapshotChunk]) -> list[SnapshotChunk]:
+    """Some splits of one table (a repair re-reads a few chunks) completed to tile its key space.
+
+    Each gap becomes one filler split whose id is that of a chunk in the gap (ids follow key
+    order, so the result still sorts by id): a key there is located in a split that is not among
+    ``splits``, exactly as it would be in the other chunks of the table. Splits that already tile
+    come back as they are."""
+    ordered = sorted(splits, key=lambda s: s.split_id)
+    if not ordered:
+        return []
+    out: list[SnapshotChunk] = []
+    first = ordered[0]
+    if first.start is not None:
+        out.append(SnapshotChunk(first.table, first.split_id - 1, first.key_columns, None, first.start))
+    for a, b in itertools.pairwise(ordered):
+        out.append(a)
+        if a.end != b.start:
+            out.append(SnapshotChunk(a.table, a.split_id + 1, a.key_columns, a.end, b.start))
+    last = ordered[-1]
+    out.append(last)
+    if last.end is not None:
+        out.append(SnapshotChunk(last.table, last.split_id + 1, last.key_columns, last.end, None))
+    return out
+
+
 def check_table_splits(splits: Sequence[SnapshotChunk], order: KeyOrder) -> None:
     """Raise unless the splits of one table tile the key space: unbounded ends, adjacent, increasing."""
     if not splits:
@@ -111,6 +139,19 @@ class ChunkLocator:
 
     def locate(self, key: Sequence[Any]) -> SnapshotChunk:
         return self.splits[self.index_of(key)]
+
+    def indexes_of(self, keys: Sequence[Sequence[Any]]) -> Sequence[int]:
+        """Positions of many keys at once: one vectorised search for the common single integer key
+        (a whole data file's keys), else one binary search each."""
+        cols = self.splits[0].key_columns
+        if len(cols) == 1 and cols[0].kind == INT and keys:
+            try:
+                bounds = np.array([int(s.start[0]) for s in self.splits[1:]], dtype=np.int64)  # type: ignore[index]
+                values = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+            except (OverflowError, TypeError):  # BIGINT UNSIGNED beyond 2**63, or not integers
+                return [self.index_of(k) for k in keys]
+            return np.searchsorted(bounds, values, side="right")  # type: ignore[no-any-return]
+        return [self.index_of(k) for k in keys]
 
 
 @dataclass

@@ -80,6 +80,7 @@ class PipelineConfig:
     max_parallel_groups: int = DEFAULT_MAX_PARALLEL_GROUPS
     exclude_tables: list[str] = field(default_factory=list)
     startup_timestamp: float | None = None  # epoch seconds, for startup_mode "timestamp"
+    repair_chunks: dict[str, list[int]] = field(default_factory=dict)  # table -> chunk ids (verify's output)
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
@@ -149,6 +150,14 @@ class PipelineConfig:
                 f"takeover_tables {unknown} are not in tables {tables} (no entry selects them): add them to tables"
             )
         allow_large = _bool("allow_large_plan", params.get("allow_large_plan", False), problems)
+        repair = _repair_chunks(params.get("repair_chunks"), problems)
+        unknown = [t for t in repair if selection is None or not selection.selects(t)]
+        if unknown:
+            problems.append(f"repair_chunks names {unknown}, which are not in tables {tables}: add them to tables")
+        both = sorted(set(repair) & set(resnapshot))
+        if both:
+            problems.append(f"{both} are in both resnapshot_tables and repair_chunks: a re-snapshot already "
+                            "replaces every chunk; give each table to one of them")  # fmt: skip
 
         chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
         if chunk_size is not None and chunk_size < MIN_CHUNK_SIZE and not allow_large:
@@ -169,9 +178,10 @@ class PipelineConfig:
         mode = params.get("startup_mode") or "initial"
         if mode not in STARTUP_MODES:
             problems.append(f"startup_mode {mode!r} is not one of {list(STARTUP_MODES)}")
-        if resnapshot and mode not in ("initial", "snapshot-only"):
+        if (resnapshot or repair) and mode not in ("initial", "snapshot-only"):
+            what = "resnapshot_tables needs" if resnapshot else "repair_chunks needs"
             problems.append(
-                f"resnapshot_tables needs startup_mode 'initial' or 'snapshot-only' (a re-snapshot is a snapshot), "
+                f"{what} startup_mode 'initial' or 'snapshot-only' (a re-snapshot is a snapshot), "
                 f"got {mode!r}"
             )
         offset = params.get("specific_offset") or None
@@ -232,6 +242,7 @@ class PipelineConfig:
             max_parallel_groups=int(max_parallel_groups),  # type: ignore[arg-type]
             exclude_tables=exclude,
             startup_timestamp=startup_ts if mode == "timestamp" else None,
+            repair_chunks=repair,
             notes=notes,
         )
 
@@ -309,6 +320,33 @@ def _int(name: str, value: Any, minimum: int, maximum: int | None, problems: lis
         problems.append(f"{name} must be {bound}, got {n}")
         return None
     return n
+
+
+def _repair_chunks(value: Any, problems: list[str]) -> dict[str, list[int]]:
+    """``{"db.t": [chunk ids]}`` (what ``verify`` reports as differing_chunks), or its JSON text."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            problems.append(f"repair_chunks must be a JSON object like {{\"shop.orders\": [3, 7]}}, got {value!r}")
+            return {}
+    if not isinstance(value, dict):
+        problems.append(f"repair_chunks must map <database>.<table> to chunk numbers, got {value!r}")
+        return {}
+    out: dict[str, list[int]] = {}
+    for table, ids in value.items():
+        if not isinstance(table, str) or not _TABLE.match(table.strip()):
+            problems.append(f"repair_chunks: {table!r} is not a table name written as <database>.<table>")
+            continue
+        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                            for i in ids):  # fmt: skip
+            problems.append(f"repair_chunks[{table!r}] must be a non-empty list of chunk numbers (>= 0, as verify "
+                            f"prints them), got {ids!r}")  # fmt: skip
+            continue
+        out[_norm_table(table)] = sorted(set(ids))
+    return out
 
 
 def _timestamp(value: Any, problems: list[str]) -> float | None:

@@ -23,7 +23,7 @@ result: a chunk without a HW would make the filter either drop its changes or (w
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -166,15 +166,37 @@ class Manifest:
         merged = {**self.tables, **tables}
         return Manifest(_min_hw(merged), merged, {**self.collations, **collations}, self.generation)
 
-    def handed_over(self, pipeline_id: str, checkpoint: BinlogOffset, new_tables: Iterable[str]) -> Manifest:
-        """A new generation for tables handed over behind the stream's ``checkpoint`` P: every chunk of
-        the other tables gets HW = max(HW, P) — their changes before P were applied — and the new
-        generation starts from the minimum HW, i.e. the earliest new table's."""
+    def with_chunks(self, table: str, chunks: Iterable[FinishedChunk]) -> Manifest:
+        """This manifest with some chunks of ``table`` replaced (same split ids: a repair's new HWs)."""
+        if table not in self.tables:
+            raise ManifestError(f"{table} is not captured: only a captured table's chunks can be replaced")
+        new = {c.chunk.split_id: c for c in chunks}
+        known = {c.chunk.split_id for c in self.tables[table].chunks}
+        if set(new) - known:
+            raise ManifestError(f"{table} has no chunks {sorted(set(new) - known)} (it has 0..{len(known) - 1})")
+        t = self.tables[table]
+        tables = {**self.tables, table: replace(t, chunks=[new.get(c.chunk.split_id, c) for c in t.chunks])}
+        return Manifest(_min_hw(tables), tables, dict(self.collations), self.generation)
+
+    def handed_over(
+        self,
+        pipeline_id: str,
+        checkpoint: BinlogOffset,
+        new_tables: Iterable[str],
+        fresh_chunks: Mapping[str, Iterable[int]] | None = None,
+    ) -> Manifest:
+        """A new generation for tables (or, with ``fresh_chunks``, chunks of a table: a repair)
+        handed over behind the stream's ``checkpoint`` P: every other chunk gets HW = max(HW, P) —
+        its changes before P were applied — and the new generation starts from the minimum HW, i.e.
+        the earliest new table's or chunk's."""
         fresh = set(new_tables)
+        partly = {t: set(ids) for t, ids in (fresh_chunks or {}).items()}
         tables = {}
         for name, t in self.tables.items():
             if name not in fresh:
-                chunks = [FinishedChunk(c.chunk, max(c.high_watermark, checkpoint)) for c in t.chunks]
+                keep = partly.get(name, set())
+                chunks = [c if c.chunk.split_id in keep else FinishedChunk(c.chunk, max(c.high_watermark, checkpoint))
+                          for c in t.chunks]  # fmt: skip
                 t = replace(t, chunks=chunks)
             tables[name] = t
         return Manifest(_min_hw(tables), tables, dict(self.collations), self.generation.next(pipeline_id))

@@ -71,3 +71,36 @@ def plan_snapshot(
         collations={k: v for r in results for k, v in r.collations.items()},
         methods={str(r.schema.table): r.method for r in results},
     )
+
+
+def with_repaired_chunks(
+    base: SnapshotPlan | None,
+    captured: dict[str, Any],
+    repairs: dict[str, list[int]],
+    collations: dict[str, Collation],
+    chunks_per_group: int,
+    max_groups: int = DEFAULT_MAX_MAP_LENGTH,
+) -> SnapshotPlan:
+    """``base`` plus the chunks ``repairs`` names of captured tables, as they are in the manifest
+    (``captured``: table -> CapturedTable), all packed into groups again. A repaired chunk keeps its
+    key range and split id, so its new HW replaces the old one chunk for chunk."""
+    splits = list(base.splits) if base else []
+    tables = dict(base.tables) if base else {}
+    for table, ids in repairs.items():
+        entry = captured[table]
+        by_id = {c.chunk.split_id: c.chunk for c in entry.chunks}
+        unknown = sorted(set(ids) - set(by_id))
+        if unknown:
+            raise ValueError(f"{table} has no chunk(s) {unknown}: its chunks are 0..{len(by_id) - 1}, as verify "
+                             "numbers them")  # fmt: skip
+        splits += [by_id[i] for i in sorted(set(ids))]
+        tables[table] = entry.schema
+    groups = group_splits(splits, chunks_per_group, max_groups)
+    log.info("repair: %s; %d chunks in %d chunk group(s)", repairs, len(splits), len(groups))
+    return SnapshotPlan(
+        tables=tables,
+        splits=splits,
+        groups=groups,
+        collations={**collations, **(base.collations if base else {})},
+        methods={**(base.methods if base else {}), **dict.fromkeys(repairs, "repair")},
+    )

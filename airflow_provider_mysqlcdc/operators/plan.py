@@ -48,6 +48,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param startup_timestamp: ISO 8601 time (no zone = UTC) or epoch seconds, for ``timestamp``
     :param resnapshot_tables: captured tables to re-snapshot (``backfill_tables`` is the deprecated
         old name, still accepted)
+    :param repair_chunks: ``{"db.t": [chunk numbers]}``, what ``verify`` reports: only those chunks
+        are read again and swapped in, while the stream runs
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
         without a primary key need one)
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
@@ -78,6 +80,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "specific_offset",
         "startup_timestamp",
         "resnapshot_tables",
+        "repair_chunks",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
@@ -103,6 +106,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         specific_offset: dict[str, Any] | str | None = None,
         startup_timestamp: str | float | None = None,
         resnapshot_tables: list[str] | str | None = None,
+        repair_chunks: dict[str, list[int]] | str | None = None,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
@@ -127,6 +131,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.specific_offset = specific_offset
         self.startup_timestamp = startup_timestamp
         self.resnapshot_tables = resnapshot_tables
+        self.repair_chunks = repair_chunks
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
@@ -151,6 +156,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             specific_offset=self.specific_offset,
             startup_timestamp=self.startup_timestamp,
             resnapshot_tables=self.resnapshot_tables,
+            repair_chunks=self.repair_chunks,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,

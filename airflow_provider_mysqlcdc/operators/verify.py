@@ -15,8 +15,8 @@ class MySqlCdcVerifyOperator(BaseOperator):
     value over the chunk's key range inside one consistent snapshot; the task waits until the
     stream has applied the source up to that point, computes the same over the Delta table, and
     leaves out the rows that changed meanwhile (they are counted as in flight). The task fails and
-    names each differing table and chunk key range; ``repair`` by re-snapshotting the table
-    (``resnapshot_tables``). It runs on the Airflow worker: pymysql and delta-rs, no Spark. One
+    names each differing table and chunk key range, and the ``repair_chunks`` param that re-snapshots
+    exactly those chunks while the stream runs. It runs on the Airflow worker: pymysql and delta-rs, no Spark. One
     scan of each table per side (docs/architecture.md, "Verify"; cost in bench/RESULTS.md).
 
     :param pipeline_id: the pipeline whose captured tables are compared
@@ -86,8 +86,5 @@ class MySqlCdcVerifyOperator(BaseOperator):
         for line in report.summary().splitlines():
             self.log.info("%s", line)
         if not report.ok and self.fail_on_difference:
-            raise AirflowFailException(
-                report.summary() + "\nRe-snapshot the differing tables (trigger the DAG with resnapshot_tables) "
-                "and verify again"
-            )
+            raise AirflowFailException(report.summary())
         return report.to_dict()

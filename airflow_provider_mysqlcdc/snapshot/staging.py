@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.core import projection
 from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk
+from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk, fill_gaps
 from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn
 from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition, sql_literal
 from airflow_provider_mysqlcdc.core.records import StagedFile
@@ -106,7 +106,7 @@ def prepare_tables(
             schema=schema,
             arrow_schema=arrow_schema,
             splits=[s for s in chunks if s.table == table],
-            locator=ChunkLocator(all_splits, plan.collations),
+            locator=ChunkLocator(fill_gaps(all_splits), plan.collations),  # a repair plans some chunks only
             pk_cols=[c.name for c in pk_key_cols],
             chunk_cols=all_splits[0].key_names,
             storage=sink.storage,

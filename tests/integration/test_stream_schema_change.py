@@ -9,41 +9,21 @@ must stop the stream with a message naming the fix, with every change before it 
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.manifest import build_manifest
 from airflow_provider_mysqlcdc.core.table import TableId
-from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
-from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder, stream_state, wait_until_applied
-from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
+from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError
+from tests.support.stream_thread import StreamThread, snapshot_tables
 from tests.support.verify import compare
-
-
-class StreamThread(threading.Thread):
-    def __init__(self, spark: Any, settings: Any, store: StateStore, sink: DeltaSink):
-        super().__init__(daemon=True)
-        self.args = (spark, settings, store, sink)
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-        self.recorder = StreamRunRecorder(store, f"schema-test-{id(self)}")
-        self.recorder.write(state="starting")
-
-    def run(self) -> None:
-        spark, settings, store, sink = self.args
-        try:
-            run_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5), self.recorder, self.stop_event)
-        except BaseException as exc:
-            self.error = exc
 
 
 def _equal(settings: Any, sink: DeltaSink, table: str) -> None:
@@ -61,17 +41,8 @@ def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: An
     )
     table = f"{db}.t"
     store, sink = StateStore(str(tmp_path / "state"), "ddl"), DeltaSink(str(tmp_path / "lake"))
-    with cdc_settings.connect() as conn:
-        plan = plan_snapshot(conn, [table], 500, 4)
-    store.write_plan("p1", plan.to_dict())
-    for g in plan.groups:
-        run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink)
-    store.write_manifest(build_manifest(plan, store.read_all_results("p1")))
-    th = StreamThread(spark, cdc_settings, store, sink)
-    th.start()
-    deadline = time.monotonic() + 120
-    while not stream_state(store)["running"] and th.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    snapshot_tables(spark, cdc_settings, store, sink, [table], 500, 4)
+    th = StreamThread(spark, cdc_settings, store, sink, run_id="schema-test-1").start_running()
     yield mariadb, db, table, store, sink, th
     th.stop_event.set()
     th.join(timeout=120)
@@ -154,7 +125,7 @@ def test_truncate_stops_the_stream_and_a_resnapshot_recovers(
         run_snapshot_group(spark, cdc_settings, store, "p2", g["group_id"], sink)
     finalize_run(store, sink, "p2")
     mariadb.execute("INSERT INTO t VALUES (2, 2, 'resumed', )".replace(", )", ")"), database=db)
-    th2 = StreamThread(spark, cdc_settings, store, sink)
+    th2 = StreamThread(spark, cdc_settings, store, sink, run_id="schema-test-2")
     th2.start()
     try:
         _applied(cdc_settings, store, th2)

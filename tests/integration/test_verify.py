@@ -123,6 +123,7 @@ def test_verify_passes_under_writes_and_names_planted_differences(  # type: igno
     assert out.returncode == 1, out.stderr
     doc = json.loads(out.stdout)
     assert {t["table"]: t["differing_chunks"] for t in doc["tables"]} == expected
+    assert doc["repair_chunks"] == expected and "repair_chunks=" in out.stderr  # what to trigger the DAG with
     assert f"{db}.t_comp chunk {expected[f'{db}.t_comp'][0]}" in out.stderr and "contents differ" in out.stderr
 
     # A stream that is not running cannot catch up with new writes: verify says so instead of comparing.

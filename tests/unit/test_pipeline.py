@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -182,3 +183,30 @@ def test_plan_refuses_a_server_id_range_too_small_before_touching_the_source(tmp
     with pytest.raises(PipelineStateError, match=r"has 6 ids; this pipeline needs 6 \(stream readers\) \+ 4 .* = 10"):
         plan_run(None, store, config, "p1", lambda t: False, server_id_range=(5400, 5405))
     assert store.read_plan_pointer() is None
+
+
+def test_a_repair_replaces_chunks_and_a_late_hand_over_keeps_only_their_new_hws() -> None:
+    from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
+    from airflow_provider_mysqlcdc.core.keys import KeyColumn
+    from airflow_provider_mysqlcdc.core.manifest import FinishedChunk, ManifestError
+
+    col = (KeyColumn("id", "int"),)
+    bounds = [None, 10, 20, None]
+    chunks = [SnapshotChunk("shop.t", i, col, None if a is None else (a,), None if b is None else (b,))
+              for i, (a, b) in enumerate(itertools.pairwise(bounds))]  # fmt: skip
+    hw = BinlogOffset("b.000002", 100)
+    table = CapturedTable(_schema(), ["id"], [FinishedChunk(c, hw) for c in chunks])
+    other = _entry("shop.o", [("b.000002", 50)])
+    m = Manifest.of({"shop.t": table, "shop.o": other})
+    repaired = FinishedChunk(chunks[1], BinlogOffset("b.000002", 300))
+    m2 = m.with_chunks("shop.t", [repaired])
+    assert [c.high_watermark.pos for c in m2.tables["shop.t"].chunks] == [100, 300, 100]
+    with pytest.raises(ManifestError, match=r"has no chunks \[7\]"):
+        m.with_chunks("shop.t", [FinishedChunk(SnapshotChunk("shop.t", 7, col, (30,), None), hw)])
+    # the stream had applied up to P = 200: the other chunks need nothing before P again; the
+    # repaired one (HW 300 here) keeps its HW
+    p = BinlogOffset("b.000002", 200)
+    h = m2.handed_over("pipe", p, [], {"shop.t": [1]})
+    assert [c.high_watermark.pos for c in h.tables["shop.t"].chunks] == [200, 300, 200]
+    assert h.tables["shop.o"].chunks[0].high_watermark == p
+    assert h.start_offset == p and h.generation.number == m2.generation.number + 1

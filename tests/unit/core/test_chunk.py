@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from decimal import Decimal
@@ -247,3 +248,22 @@ def test_group_splits_edge_cases() -> None:
         group_splits(_many(3), 0)
     with pytest.raises(ValueError):
         group_splits(_many(3), 1, 0)
+
+
+def test_fill_gaps_completes_a_repair_plans_chunks_to_tile_the_table() -> None:
+    from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk, fill_gaps
+    from airflow_provider_mysqlcdc.core.keys import KeyColumn
+
+    col = (KeyColumn("id", "int"),)
+    bounds = [None, 10, 20, 30, 40, None]
+    table = [SnapshotChunk("d.t", i, col, None if lo is None else (lo,), None if hi is None else (hi,))
+             for i, (lo, hi) in enumerate(itertools.pairwise(bounds))]  # fmt: skip
+    assert fill_gaps(table) == table  # a whole table tiles already
+    some = [table[1], table[3]]  # [10, 20) and [30, 40)
+    filled = fill_gaps(some)
+    assert [(s.split_id, s.start, s.end) for s in filled] == [
+        (0, None, (10,)), (1, (10,), (20,)), (2, (20,), (30,)), (3, (30,), (40,)), (4, (40,), None),
+    ]  # fmt: skip
+    locator = ChunkLocator(filled)
+    assert [locator.locate((k,)).split_id for k in (5, 15, 25, 35, 99)] == [0, 1, 2, 3, 4]
+    assert list(locator.indexes_of([(5,), (15,), (35,), (99,)])) == [0, 1, 3, 4]

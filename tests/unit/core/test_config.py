@@ -131,3 +131,20 @@ def test_startup_timestamp_forms(given: object, epoch: float) -> None:
     assert cfg.startup_timestamp == epoch
     earliest = PipelineConfig.from_params(**BASE, startup_mode="earliest-offset", startup_timestamp=given)
     assert earliest.startup_timestamp is None  # only the timestamp mode keeps it
+
+
+def test_repair_chunks_take_verify_output_and_name_every_problem() -> None:
+    cfg = PipelineConfig.from_params(**BASE, repair_chunks='{"shop.orders": [7, 3, 3]}')
+    assert cfg.repair_chunks == {"shop.orders": [3, 7]}
+    with pytest.raises(PipelineConfigError) as exc:
+        PipelineConfig.from_params(**BASE, repair_chunks={"shop.other": [1], "shop.orders": [-1]},
+                                   resnapshot_tables=["shop.orders"])  # fmt: skip
+    msg = str(exc.value)
+    assert "repair_chunks['shop.orders'] must be a non-empty list of chunk numbers" in msg
+    assert "repair_chunks names ['shop.other'], which are not in tables" in msg
+    with pytest.raises(PipelineConfigError, match=r"in both resnapshot_tables and repair_chunks"):
+        PipelineConfig.from_params(**BASE, repair_chunks={"shop.orders": [1]}, resnapshot_tables=["shop.orders"])
+    with pytest.raises(PipelineConfigError, match=r"repair_chunks needs startup_mode 'initial'"):
+        PipelineConfig.from_params(**BASE, repair_chunks={"shop.orders": [1]}, startup_mode="latest-offset")
+    with pytest.raises(PipelineConfigError, match=r"repair_chunks must be a JSON object"):
+        PipelineConfig.from_params(**BASE, repair_chunks="{oops")

@@ -1,0 +1,55 @@
+"""The stream run in a thread of the test process, as the stream job runs it (``run_stream`` with a
+run recorder): schema changes are followed, and hand-overs pause and resume it through the state
+store like a detached stream's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
+from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder, stream_state
+from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
+
+
+def snapshot_tables(spark: Any, settings: Any, store: StateStore, sink: DeltaSink, tables: list[str],
+                    chunk_size: int, chunks_per_group: int, plan_id: str = "p1") -> Any:  # fmt: skip
+    """Plan, snapshot every group and write the stream manifest (what a first DAG run does)."""
+    with settings.connect() as conn:
+        plan = plan_snapshot(conn, tables, chunk_size, chunks_per_group)
+    store.write_plan(plan_id, plan.to_dict())
+    for g in plan.groups:
+        run_snapshot_group(spark, settings, store, plan_id, g.group_id, sink)
+    store.write_manifest(build_manifest(plan, store.read_all_results(plan_id)))
+    return plan
+
+
+class StreamThread(threading.Thread):
+    def __init__(self, spark: Any, settings: Any, store: StateStore, sink: DeltaSink, run_id: str = "stream-test"):
+        super().__init__(daemon=True)
+        self.args = (spark, settings, store, sink)
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.recorder = StreamRunRecorder(store, run_id)
+        self.recorder.write(state="starting")
+
+    def start_running(self, timeout: float = 120.0) -> StreamThread:
+        """Start, and return once the stream reports running (or died: ``error`` says why)."""
+        self.start()
+        store = self.args[2]
+        deadline = time.monotonic() + timeout
+        while not stream_state(store)["running"] and self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return self
+
+    def run(self) -> None:
+        spark, settings, store, sink = self.args
+        try:
+            run_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5), self.recorder, self.stop_event)
+        except BaseException as exc:  # the test reads it
+            self.error = exc
