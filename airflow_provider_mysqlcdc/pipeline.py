@@ -50,6 +50,7 @@ from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_
 from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot, with_repaired_chunks
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tables
 from airflow_provider_mysqlcdc.sinks.delta_chunk_swap import swap_chunk_rows
@@ -144,6 +145,9 @@ def plan_run(
     new = [t for t in tables if t not in captured]
     _check_owners(config, new, table_owner)
     backfill = [t for t in config.resnapshot_tables if t in captured and t in tables]
+    recover = _purged_restart(conn, store, manifest, config, tables)
+    if recover:  # every captured table, read again; the stream restarts from the new snapshots
+        backfill = sorted(captured)
     # the check's warnings (e.g. tables the engine changes without a binlog event) reach the log
     notes = [f"source check warning: {w.message}" for w in report.warnings] + list(config.notes) + choice.notes() + [
         f"{t} is in resnapshot_tables but not captured yet: it is snapshotted as a new table"
@@ -225,6 +229,7 @@ def plan_run(
         snapshot_tables=snapshot_tables + list(repairs),
         resnapshot_tables=backfill,
         repair_chunks=repairs,
+        recover_purged=recover,
         takeover_tables=[t for t in config.takeover_tables if t in snapshot_tables],
         airflow_run_id=airflow_run_id,
         # A table whose Delta table already exists (a backfill, or an earlier run that failed
@@ -247,6 +252,38 @@ def plan_run(
     )
     return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes,
                        choice, repairs)
+
+
+def _purged_restart(
+    conn: Any, store: StateStore, manifest: Manifest | None, config: PipelineConfig, tables: list[str]
+) -> bool:
+    """Whether this run recovers from a purged binlog: the stream's restart offset (its checkpoint,
+    or the manifest's start) is gone from the source. Without ``recover_purged`` that is an error
+    naming it: nothing may silently skip the lost changes."""
+    if manifest is None:
+        return False
+    restart = checkpoint_offset(store, manifest) or manifest.start_offset
+    try:
+        source_server.ensure_offset_available(conn, restart)
+        return False
+    except BinlogUnavailableError as exc:
+        lost = str(exc).split(" has been purged", 1)[0]
+        if not config.recover_purged:
+            raise PipelineStateError(
+                f"the stream cannot resume: {lost} has been purged from the source, so the changes after {restart} "
+                "are lost to CDC. Trigger the DAG with recover_purged=true: the stream restarts from new snapshots of "
+                "every captured table (read while the source is written, as any snapshot) and nothing is skipped "
+                "silently. Then raise the binlog retention (binlog_expire_logs_seconds / expire_logs_days)"
+            ) from None
+    missing = sorted(set(manifest.tables) - set(tables))
+    if missing:
+        raise PipelineStateError(
+            f"recover_purged re-snapshots every captured table, and {missing} are captured but not selected by "
+            "tables (or fail its checks): add them to tables for this run"
+        )
+    log.warning("the stream's restart offset %s was purged: recovering by re-snapshotting %s", restart,
+                sorted(manifest.tables))  # fmt: skip
+    return True
 
 
 def _repairs(config: PipelineConfig, captured: set[str], snapshot_tables: list[str], notes: list[str]) -> dict[
@@ -419,7 +456,12 @@ def finalize_run(
             manifest = manifest.with_chunks(t, entry.chunks)
         fresh = {**new_tables, **repaired}
         early = [t for t, e in fresh.items() if ckpt is not None and e.min_high_watermark < ckpt]
-        if old is not None and ckpt is not None and early:
+        if record.recover_purged:  # the old checkpoint's offset is gone: start over from the new snapshots
+            manifest = manifest.restarted(store.pipeline_id)
+            new_generation = manifest.generation.number
+            log.info("recovering from a purged binlog: stream generation %d starts from %s", new_generation,
+                     manifest.start_offset)  # fmt: skip
+        elif old is not None and ckpt is not None and early:
             manifest = manifest.handed_over(store.pipeline_id, ckpt, new_tables,
                                             {t: record.repair_chunks[t] for t in repaired})  # fmt: skip
             new_generation = manifest.generation.number

@@ -147,6 +147,12 @@ with DAG(
             description="What a failed verify reports, e.g. {\"shop.orders\": [3, 7]}: only those chunks are "
             "snapshotted again and swapped in (one Delta commit per table) while the stream runs.",
         ),
+        "recover_purged": Param(
+            False, type="boolean", title="Recover from a purged binlog",
+            description="The stream's restart position was purged from the source (the plan task says so): "
+            "re-snapshot every captured table and restart the stream from those snapshots, while the source is "
+            "written. Nothing is skipped silently.",
+        ),
         "takeover_tables": Param(
             [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
@@ -194,6 +200,7 @@ with DAG(
         startup_timestamp="{{ params.startup_timestamp }}",
         resnapshot_tables="{{ params.resnapshot_tables }}",
         repair_chunks="{{ params.repair_chunks }}",
+        recover_purged="{{ params.recover_purged }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
         chunk_key_columns="{{ params.chunk_key_columns }}",

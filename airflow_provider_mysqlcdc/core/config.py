@@ -81,6 +81,7 @@ class PipelineConfig:
     exclude_tables: list[str] = field(default_factory=list)
     startup_timestamp: float | None = None  # epoch seconds, for startup_mode "timestamp"
     repair_chunks: dict[str, list[int]] = field(default_factory=dict)  # table -> chunk ids (verify's output)
+    recover_purged: bool = False  # restart at the current offset and re-snapshot everything if the binlog is gone
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
@@ -151,6 +152,7 @@ class PipelineConfig:
             )
         allow_large = _bool("allow_large_plan", params.get("allow_large_plan", False), problems)
         repair = _repair_chunks(params.get("repair_chunks"), problems)
+        recover = _bool("recover_purged", params.get("recover_purged", False), problems)
         unknown = [t for t in repair if selection is None or not selection.selects(t)]
         if unknown:
             problems.append(f"repair_chunks names {unknown}, which are not in tables {tables}: add them to tables")
@@ -178,8 +180,8 @@ class PipelineConfig:
         mode = params.get("startup_mode") or "initial"
         if mode not in STARTUP_MODES:
             problems.append(f"startup_mode {mode!r} is not one of {list(STARTUP_MODES)}")
-        if (resnapshot or repair) and mode not in ("initial", "snapshot-only"):
-            what = "resnapshot_tables needs" if resnapshot else "repair_chunks needs"
+        if (resnapshot or repair or recover) and mode not in ("initial", "snapshot-only"):
+            what = ("resnapshot_tables" if resnapshot else "repair_chunks" if repair else "recover_purged") + " needs"
             problems.append(
                 f"{what} startup_mode 'initial' or 'snapshot-only' (a re-snapshot is a snapshot), "
                 f"got {mode!r}"
@@ -243,6 +245,7 @@ class PipelineConfig:
             exclude_tables=exclude,
             startup_timestamp=startup_ts if mode == "timestamp" else None,
             repair_chunks=repair,
+            recover_purged=bool(recover),
             notes=notes,
         )
 

@@ -201,6 +201,12 @@ class Manifest:
             tables[name] = t
         return Manifest(_min_hw(tables), tables, dict(self.collations), self.generation.next(pipeline_id))
 
+    def restarted(self, pipeline_id: str) -> Manifest:
+        """A new generation that starts from the minimum HW with no checkpoint: after a purged
+        binlog every table was re-snapshotted, and the old checkpoint's offset no longer exists."""
+        generation = self.generation.next(pipeline_id)
+        return Manifest(_min_hw(self.tables), dict(self.tables), dict(self.collations), generation)
+
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

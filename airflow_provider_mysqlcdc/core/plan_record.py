@@ -56,7 +56,7 @@ class OffsetStart:
 _PLAN_KEYS = (
     "tables", "groups", "collations", "methods", "pipeline", "plan_id", "created_at", "snapshot_tables",
     "resnapshot_tables", "takeover_tables", "airflow_run_id", "deferred_commit_tables", "offset_tables",
-    "skip_backfill", "finalized", "finalize_outcome", "repair_chunks",
+    "skip_backfill", "finalized", "finalize_outcome", "repair_chunks", "recover_purged",
 )  # fmt: skip
 
 
@@ -80,6 +80,7 @@ class PlanRecord:
     deferred_commit_tables: list[str] = field(default_factory=list)
     offset_tables: dict[str, OffsetStart] = field(default_factory=dict)
     repair_chunks: dict[str, list[int]] = field(default_factory=dict)  # table -> chunk ids re-snapshotted
+    recover_purged: bool = False  # the stream's restart offset was purged: all re-snapshotted, new generation
     skip_backfill: bool = False
     finalized: bool = False
     finalize_outcome: dict[str, Any] | None = None  # FinalizeOutcome.to_dict(), once finalized
@@ -135,6 +136,8 @@ class PlanRecord:
             out["finalize_outcome"] = self.finalize_outcome
         if self.repair_chunks:
             out["repair_chunks"] = {t: list(ids) for t, ids in self.repair_chunks.items()}
+        if self.recover_purged:
+            out["recover_purged"] = True
         return out
 
     @classmethod
@@ -156,6 +159,7 @@ class PlanRecord:
             deferred_commit_tables=list(d.get("deferred_commit_tables") or []),
             offset_tables={t: OffsetStart.from_dict(o) for t, o in (d.get("offset_tables") or {}).items()},
             repair_chunks={t: [int(i) for i in ids] for t, ids in (d.get("repair_chunks") or {}).items()},
+            recover_purged=bool(d.get("recover_purged", False)),
             skip_backfill=bool(d.get("skip_backfill", False)),
             finalized=bool(d.get("finalized", False)),
             finalize_outcome=d.get("finalize_outcome"),

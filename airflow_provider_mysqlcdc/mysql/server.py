@@ -123,6 +123,7 @@ def ensure_offset_available(conn: Any, offset: BinlogOffset) -> None:
         raise BinlogUnavailableError(
             f"binlog file {offset.file} (needed from offset {offset}) has been purged from the source "
             f"(oldest kept: {oldest}). Changes after that point are lost to CDC: re-snapshot the affected "
-            "tables (trigger the DAG with resnapshot_tables, or startup_mode=initial), and raise the server's "
-            "binlog retention (binlog_expire_logs_seconds / expire_logs_days)"
+            "tables (trigger the DAG with recover_purged=true for a stream that cannot resume, or with "
+            "resnapshot_tables), and raise the server's binlog retention (binlog_expire_logs_seconds / "
+            "expire_logs_days)"
         )

@@ -50,6 +50,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         old name, still accepted)
     :param repair_chunks: ``{"db.t": [chunk numbers]}``, what ``verify`` reports: only those chunks
         are read again and swapped in, while the stream runs
+    :param recover_purged: when the stream's restart offset was purged from the source, re-snapshot
+        every captured table and restart the stream from those snapshots (without it, the plan
+        fails naming the lost offset)
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
         without a primary key need one)
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
@@ -81,6 +84,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "startup_timestamp",
         "resnapshot_tables",
         "repair_chunks",
+        "recover_purged",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
@@ -107,6 +111,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         startup_timestamp: str | float | None = None,
         resnapshot_tables: list[str] | str | None = None,
         repair_chunks: dict[str, list[int]] | str | None = None,
+        recover_purged: bool | str = False,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
@@ -132,6 +137,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.startup_timestamp = startup_timestamp
         self.resnapshot_tables = resnapshot_tables
         self.repair_chunks = repair_chunks
+        self.recover_purged = recover_purged
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
@@ -157,6 +163,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             startup_timestamp=self.startup_timestamp,
             resnapshot_tables=self.resnapshot_tables,
             repair_chunks=self.repair_chunks,
+            recover_purged=self.recover_purged,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,

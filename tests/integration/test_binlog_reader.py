@@ -483,23 +483,6 @@ def test_connection_lost_inside_a_transaction_loses_nothing(mariadb, db, cdc_set
 # ------------------------------------------------------------------------------ errors (private server)
 
 
-def purge_to(server: MariaDBServer, file: str) -> None:
-    """PURGE BINARY LOGS TO ``file``, retried until done.
-
-    MariaDB silently keeps a file that crash recovery may still need until the binlog background
-    thread has written the next checkpoint event, so a PURGE right after FLUSH can be a no-op.
-    """
-    deadline = time.monotonic() + 60
-    while True:
-        server.execute(f"PURGE BINARY LOGS TO '{file}'")
-        files = [f for f, *_ in server.query("SHOW BINARY LOGS")]
-        if files[0] == file:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"binlogs before {file} still there after 60 s: {files}")
-        time.sleep(0.05)
-
-
 def test_purged_start_file_raises_with_the_fix(private_server: MariaDBServer) -> None:
     srv, settings = private_server, private_server.cdc_settings()
     srv.execute("CREATE DATABASE IF NOT EXISTS p", "CREATE TABLE p.t (id INT PRIMARY KEY)")
@@ -510,7 +493,7 @@ def test_purged_start_file_raises_with_the_fix(private_server: MariaDBServer) ->
         )
         kept = current_offset(conn)
         srv.execute("INSERT INTO p.t VALUES (3)")
-        purge_to(srv, kept.file)
+        srv.purge_binary_logs_to(kept.file)
         assert kept.file_number > old.file_number
         with pytest.raises(BinlogUnavailableError, match=r"has been purged.*re-snapshot.*binlog_expire_logs_seconds"):
             read(settings, old, None, ["p.t"])

@@ -24,14 +24,13 @@ from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import request_stop, wait_until_applied
 from airflow_provider_mysqlcdc.verify import verify_pipeline
 from tests.support.mariadb import MariaDBServer
 from tests.support.random_writer import RandomWriter, make_tables
-from tests.support.stream_thread import StreamThread, snapshot_tables
+from tests.support.stream_thread import streaming_pipeline
 from tests.support.verify import compare
 
 pytestmark = pytest.mark.integration
@@ -58,10 +57,7 @@ def test_repair_swaps_only_the_damaged_chunks_while_the_stream_runs(  # type: ig
     mariadb: MariaDBServer, db: str, cdc_settings, spark, tmp_path: Path
 ) -> None:
     tables = make_tables(mariadb, db, rows=ROWS)
-    store = StateStore(str(tmp_path / "state"), PIPELINE)
-    sink = DeltaSink(str(tmp_path / "lake"), owner=PIPELINE)
-    snapshot_tables(spark, cdc_settings, store, sink, tables, 500, 64, plan_id="p0")
-    stream = StreamThread(spark, cdc_settings, store, sink, run_id="repair-test").start_running()
+    store, sink, stream = streaming_pipeline(spark, cdc_settings, tmp_path, PIPELINE, tables, 500, "repair-test")
     writer = RandomWriter(mariadb, db, rows=ROWS, seed=5)
     try:
         writer.start()

@@ -225,18 +225,6 @@ def server_boundaries(events: list[tuple[str, int, str, int]], files: list[tuple
     return out | {BinlogOffset(f, 4) for f, _ in files}
 
 
-def purge_to(server: MariaDBServer, file: str) -> None:
-    """PURGE BINARY LOGS TO ``file``, retried: MariaDB silently keeps a file until its binlog
-    checkpoint is written in the background, so a PURGE right after FLUSH can be a no-op."""
-    deadline = time.monotonic() + 60
-    while True:
-        server.execute(f"PURGE BINARY LOGS TO '{file}'")
-        if server.query("SHOW BINARY LOGS")[0][0] == file:
-            return
-        assert time.monotonic() < deadline, f"PURGE BINARY LOGS TO '{file}' did not take effect within 60 s"
-        time.sleep(0.1)
-
-
 def load_mixed(server: MariaDBServer, db: str, n: int, rotate_every: int = 0, first_id: int = 0) -> None:
     """Inserts, multi-row statements, updates, a multi-statement transaction and deletes on ``db``.t."""
     for i in range(n):
@@ -494,7 +482,7 @@ def test_e_purged_start_offset_fails_with_the_resnapshot_message(binlog_spark, p
         write_manifest(conn, path, {"p.purged": [(None, None, hw)]})
     server.execute("INSERT INTO p.purged VALUES (1)", "FLUSH BINARY LOGS", "INSERT INTO p.purged VALUES (2)",
                    "FLUSH BINARY LOGS")  # fmt: skip
-    purge_to(server, server.query("SHOW MASTER STATUS")[0][0])
+    server.purge_binary_logs_to(server.query("SHOW MASTER STATUS")[0][0])
     assert hw.file not in {f for f, *_ in server.query("SHOW BINARY LOGS")}
     with pytest.raises(StreamingQueryException) as info:
         run_query(binlog_spark, settings, path, tmp_path / "ck")
@@ -522,7 +510,7 @@ def test_f_idle_source_advances_on_other_tables_writes(binlog_spark, private_ser
     assert committed >= head1 and committed.file_number > hw.file_number  # moved although no captured row did
 
     # The quiet table's start file can now be purged (up to the stream's offset) without stranding it.
-    purge_to(server, committed.file)
+    server.purge_binary_logs_to(committed.file)
     assert hw.file not in {f for f, *_ in server.query("SHOW BINARY LOGS")}
     server.execute("INSERT INTO q.busy VALUES (101)", "INSERT INTO q.quiet VALUES (1)")
     second = run_query(binlog_spark, settings, path, ck)

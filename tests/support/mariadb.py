@@ -231,6 +231,20 @@ class MariaDBServer:
             cur.execute(sql, args)
             return list(cur.fetchall())
 
+    def purge_binary_logs_to(self, file: str, timeout: float = 60.0) -> None:
+        """PURGE BINARY LOGS TO ``file``, retried until done: MariaDB silently keeps a file that crash
+        recovery may still need until the binlog background thread has written the next checkpoint
+        event, so a PURGE right after FLUSH can be a no-op."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.execute(f"PURGE BINARY LOGS TO '{file}'")
+            files = [r[0] for r in self.query("SHOW BINARY LOGS")]
+            if files[0] == file:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"binlogs before {file} still there after {timeout:.0f} s: {files}")
+            time.sleep(0.05)
+
     def flush_binary_logs(self, count: int = 1, timeout: float = 30.0) -> None:
         """FLUSH BINARY LOGS ``count`` times and wait until the server has settled the new file.
 

@@ -53,3 +53,12 @@ class StreamThread(threading.Thread):
             run_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5), self.recorder, self.stop_event)
         except BaseException as exc:  # the test reads it
             self.error = exc
+
+
+def streaming_pipeline(spark: Any, settings: Any, root: Any, pipeline_id: str, tables: list[str], chunk_size: int,
+                       run_id: str) -> tuple[StateStore, DeltaSink, StreamThread]:  # fmt: skip
+    """A pipeline under ``root`` (state/ and lake/) whose tables are snapshotted and whose stream runs."""
+    store = StateStore(f"{root}/state", pipeline_id)
+    sink = DeltaSink(f"{root}/lake", owner=pipeline_id)
+    snapshot_tables(spark, settings, store, sink, tables, chunk_size, 64, plan_id="p0")
+    return store, sink, StreamThread(spark, settings, store, sink, run_id=run_id).start_running()
