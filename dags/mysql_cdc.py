@@ -240,6 +240,11 @@ with DAG(
         storage_conn_id="{{ params.storage_conn_id }}",
         timeout=3600,
         poke_interval=2,
+        # A stream that is not running fails the sensor at once (no retry); the retries are for an
+        # Airflow 3 scheduler race that can fail a deferred task whose trigger fires quickly (a
+        # stale executor event from the defer-exit: apache/airflow issues 66374 and 72716).
+        retries=2,
+        retry_delay=timedelta(seconds=5),
     )
     verify = MySqlCdcVerifyOperator(
         task_id="verify",

@@ -93,22 +93,22 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
         return stream_state(StateStore(self.state_root, self.pipeline_id, lake_storage(self.storage_conn_id)))
 
     def poke(self, context: Any) -> bool:
-        from airflow.sdk.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_provider_mysqlcdc.core.offset import BinlogOffset
         from airflow_provider_mysqlcdc.stream.control import watch_condition
 
         target = BinlogOffset.from_dict(self._target) if self._target else None
         done, error = watch_condition(self._state(), target, self.max_lag_seconds)
-        if error:
-            raise AirflowException(error)
+        if error:  # the stream is not running: a retry of the watch cannot help
+            raise AirflowFailException(error)
         return done
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        from airflow.sdk.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowFailException
 
-        if event.get("status") != "success":
-            raise AirflowException(event.get("message", "the stream watch failed"))
+        if event.get("status") != "success":  # the stream is not running: a retry of the watch cannot help
+            raise AirflowFailException(event.get("message", "the stream watch failed"))
         st = event["state"]
         if self.condition == "caught_up":
             target = event.get("target") or self._target
