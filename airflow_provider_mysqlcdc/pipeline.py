@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, RESOLVED_START_MODES, PipelineConfig
+from airflow_provider_mysqlcdc.core.config import RESOLVED_START_MODES, PipelineConfig
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, build_manifest, offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
@@ -46,13 +46,20 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
-from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
 from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot, with_repaired_chunks
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
-from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tables
+from airflow_provider_mysqlcdc.plan_rules import (
+    MAX_MAPPED_GROUPS,
+    PipelineStateError,
+    check_owners,
+    check_proportions,
+    chosen_repairs,
+    purged_restart,
+    resolved_start,
+)
 from airflow_provider_mysqlcdc.sinks.delta_chunk_swap import swap_chunk_rows
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
@@ -64,14 +71,6 @@ from airflow_provider_mysqlcdc.stream.control import (
 )
 
 log = logging.getLogger(__name__)
-
-#: Airflow's default ``[core] max_map_length``: a plan with more groups could not be mapped.
-MAX_MAPPED_GROUPS = 1024
-
-
-class PipelineStateError(RuntimeError):
-    """The pipeline's state does not allow this step; the message says why and what to do."""
-
 
 def new_plan_id(run_id: str | None = None) -> str:
     """A state-store-safe, unique, time-ordered id; carries the Airflow run id when there is one."""
@@ -143,9 +142,9 @@ def plan_run(
     manifest = store.read_manifest()
     captured = set(manifest.tables) if manifest else set()
     new = [t for t in tables if t not in captured]
-    _check_owners(config, new, table_owner)
+    check_owners(config, new, table_owner)
     backfill = [t for t in config.resnapshot_tables if t in captured and t in tables]
-    recover = _purged_restart(conn, store, manifest, config, tables)
+    recover = purged_restart(conn, store, manifest, config, tables)
     if recover:  # every captured table, read again; the stream restarts from the new snapshots
         backfill = sorted(captured)
     # the check's warnings (e.g. tables the engine changes without a binlog event) reach the log
@@ -162,7 +161,7 @@ def plan_run(
             )
     snapshot_tables = [t for t in tables if t in new or t in backfill] if config.snapshots else []
     offset_tables = [] if config.snapshots else new
-    repairs = _repairs(config, captured, snapshot_tables, notes)
+    repairs = chosen_repairs(config, captured, snapshot_tables, notes)
     unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables and t not in repairs]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
@@ -187,7 +186,7 @@ def plan_run(
                 f"{config.chunks_per_task} each): server_id_range {server_ids.lo}-{server_ids.hi} has "
                 f"{server_ids.max_groups} ids for snapshot groups; widen it for more, smaller groups"
             )
-        _check_proportions(plan, config)
+        check_proportions(plan, config)
         record = PlanRecord.from_dict(plan.to_dict())
         groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
         chunks = len(plan.splits)
@@ -197,7 +196,7 @@ def plan_run(
     offsets: dict[str, OffsetStart] = {}
     if offset_tables:
         if config.startup_mode in RESOLVED_START_MODES:
-            off = _resolved_start(conn, config, binlog_settings, server_ids.group_id(0))
+            off = resolved_start(conn, config, binlog_settings, server_ids.group_id(0))
             source_server.ensure_offset_available(conn, off)
             ckpt = checkpoint_offset(store)
             if ckpt is not None and off < ckpt:
@@ -252,117 +251,6 @@ def plan_run(
     )
     return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes,
                        choice, repairs)
-
-
-def _purged_restart(
-    conn: Any, store: StateStore, manifest: Manifest | None, config: PipelineConfig, tables: list[str]
-) -> bool:
-    """Whether this run recovers from a purged binlog: the stream's restart offset (its checkpoint,
-    or the manifest's start) is gone from the source. Without ``recover_purged`` that is an error
-    naming it: nothing may silently skip the lost changes."""
-    if manifest is None:
-        return False
-    restart = checkpoint_offset(store, manifest) or manifest.start_offset
-    try:
-        source_server.ensure_offset_available(conn, restart)
-        return False
-    except BinlogUnavailableError as exc:
-        lost = str(exc).split(" has been purged", 1)[0]
-        if not config.recover_purged:
-            raise PipelineStateError(
-                f"the stream cannot resume: {lost} has been purged from the source, so the changes after {restart} "
-                "are lost to CDC. Trigger the DAG with recover_purged=true: the stream restarts from new snapshots of "
-                "every captured table (read while the source is written, as any snapshot) and nothing is skipped "
-                "silently. Then raise the binlog retention (binlog_expire_logs_seconds / expire_logs_days)"
-            ) from None
-    missing = sorted(set(manifest.tables) - set(tables))
-    if missing:
-        raise PipelineStateError(
-            f"recover_purged re-snapshots every captured table, and {missing} are captured but not selected by "
-            "tables (or fail its checks): add them to tables for this run"
-        )
-    log.warning("the stream's restart offset %s was purged: recovering by re-snapshotting %s", restart,
-                sorted(manifest.tables))  # fmt: skip
-    return True
-
-
-def _repairs(config: PipelineConfig, captured: set[str], snapshot_tables: list[str], notes: list[str]) -> dict[
-    str, list[int]
-]:
-    """The chunks to repair: of captured tables not snapshotted whole by this run anyway."""
-    if not config.repair_chunks:
-        return {}
-    missing = sorted(t for t in config.repair_chunks if t not in captured)
-    if missing:
-        raise PipelineStateError(
-            f"repair_chunks names {missing}, which this pipeline does not capture yet: only a captured table's "
-            "chunks can be repaired (a new table is snapshotted whole)"
-        )
-    whole = sorted(t for t in config.repair_chunks if t in snapshot_tables)
-    if whole:
-        notes.append(f"{whole} are snapshotted whole by this run: their repair_chunks are not needed")
-    return {t: ids for t, ids in config.repair_chunks.items() if t not in snapshot_tables}
-
-
-def _resolved_start(
-    conn: Any, config: PipelineConfig, binlog_settings: ConnectionSettings | None, server_id: int
-) -> BinlogOffset:
-    """Where new tables start for ``specific-offset``, ``earliest-offset`` and ``timestamp``."""
-    if config.startup_mode == "earliest-offset":
-        return earliest_offset(conn)
-    if config.startup_mode == "timestamp":
-        if binlog_settings is None or config.startup_timestamp is None:
-            raise PipelineStateError("startup_mode 'timestamp' needs the source's connection settings to read the "
-                                     "binlog's event times; pass binlog_settings to plan_run")  # fmt: skip
-        return offset_at_time(binlog_settings, conn, config.startup_timestamp, server_id)
-    off = config.start_offset()
-    assert off is not None
-    return off
-
-
-def _check_owners(
-    config: PipelineConfig, new: list[str], table_owner: Callable[[str], str | None] | None
-) -> None:
-    """Refuse tables whose Delta table another pipeline owns, unless they are taken over."""
-    if table_owner is None:
-        return
-    taken = {t: o for t in new if (o := table_owner(t)) not in (None, config.pipeline_id)}
-    refused = {t: o for t, o in taken.items() if t not in config.takeover_tables}
-    if refused:
-        owners = ", ".join(f"{t} (pipeline {o!r})" for t, o in refused.items())
-        raise PipelineStateError(
-            f"the Delta tables of {owners} under {config.sink_root} belong to another pipeline: two pipelines "
-            "writing one table overwrite each other's rows. Use another sink_root or pipeline_id, or take them "
-            f"over with takeover_tables={sorted(refused)} (they are re-snapshotted by {config.pipeline_id!r}; "
-            "the other pipeline's stream then stops at its next batch, naming the new owner)"
-        )
-    for t, o in taken.items():
-        log.warning("taking %s over from pipeline %s: it is re-snapshotted and swapped in by %s", t, o,
-                    config.pipeline_id)  # fmt: skip
-
-
-def _check_proportions(plan: Any, config: PipelineConfig) -> None:
-    """Refuse a plan whose chunk or group count is out of proportion (see config.MAX_CHUNKS_PER_TABLE)."""
-    per_table: dict[str, int] = {}
-    for sp in plan.splits:
-        per_table[sp.table] = per_table.get(sp.table, 0) + 1
-    problems = []
-    if not config.allow_large_plan:
-        for t, n in per_table.items():
-            if n > MAX_CHUNKS_PER_TABLE:
-                rows_est = n * config.chunk_size
-                need = -(-rows_est // MAX_CHUNKS_PER_TABLE)
-                problems.append(
-                    f"{t}: {n:,} chunks of {config.chunk_size:,} rows (limit {MAX_CHUNKS_PER_TABLE:,} per table): "
-                    f"raise chunk_size to {max(need, config.chunk_size * 2):,} or more, or set allow_large_plan=true"
-                )
-    if len(plan.groups) > MAX_MAPPED_GROUPS:
-        problems.append(
-            f"{len(plan.groups):,} chunk groups (one mapped snapshot task each) exceed Airflow's max_map_length "
-            f"({MAX_MAPPED_GROUPS:,}): raise chunks_per_task to {-(-len(plan.splits) // MAX_MAPPED_GROUPS):,} or more"
-        )
-    if problems:
-        raise PipelineStateError("the snapshot plan is out of proportion:\n  - " + "\n  - ".join(problems))
 
 
 @dataclass

@@ -118,11 +118,13 @@ def verify_pipeline(
         at = BinlogOffset(at.file, at.pos)
         progress(f"source snapshot at {at}: computing chunk digests on the server for {len(names)} table(s)")
         plans = {t: DigestPlan.of(manifest.tables[t].schema) for t in names}
+        splits = {t: _splits(manifest.tables[t]) for t in names}
+        chunk_of = {t: ChunkLocator(splits[t], manifest.collations).indexes_of for t in names}
 
         def source_side() -> dict[str, list[ChunkDigest]]:
             out = {}
             for t in names:
-                out[t] = source_chunk_digests(conn, t, _splits(manifest.tables[t]), plans[t], manifest.collations)
+                out[t] = source_chunk_digests(conn, t, splits[t], plans[t], manifest.collations)
                 progress(f"{t}: {len(out[t])} chunks, {sum(d.rows for d in out[t]):,} rows at the source")
             timings["source_s"] = round(time.monotonic() - t0, 3)
             return out
@@ -142,10 +144,8 @@ def verify_pipeline(
             progress(f"binlog {at}..{end}: {sum(len(k) for k in moved.values())} key(s) changed while verifying")
             lake_digests = {}
             for t in names:
-                splits = _splits(manifest.tables[t])
-                chunk_of = ChunkLocator(splits, manifest.collations).indexes_of
-                lake_digests[t], _ = lake_chunk_digests(lake[t], plans[t], chunk_of,
-                                                        manifest.tables[t].chunk_key_columns, len(splits), moved[t])
+                lake_digests[t], _ = lake_chunk_digests(lake[t], plans[t], chunk_of[t],
+                                                        manifest.tables[t].chunk_key_columns, len(splits[t]), moved[t])
                 lake[t] = None  # type: ignore[assignment]  # release the rows
             timings["lake_digest_s"] = round(time.monotonic() - t2, 3)
             source = pending.result()
@@ -153,15 +153,13 @@ def verify_pipeline(
         t3 = time.monotonic()
         verdicts = []
         for t in names:
-            captured = manifest.tables[t]
-            splits = _splits(captured)
-            chunk_of = ChunkLocator(splits, manifest.collations).indexes_of
             src = [ChunkDigest(d.rows, d.digest) for d in source[t]]
             if moved[t]:  # take the in-flight rows out of the source side, by their own digests
-                digests = source_row_digests(conn, t, splits[0].key_columns, moved[t], plans[t], manifest.collations)
-                for key, idx in zip(digests, chunk_of(list(digests)), strict=True):
+                keys = splits[t][0].key_columns
+                digests = source_row_digests(conn, t, keys, moved[t], plans[t], manifest.collations)
+                for key, idx in zip(digests, chunk_of[t](list(digests)), strict=True):
                     src[idx].add(digests[key], sign=-1)
-            verdict = compare_chunks(t, src, lake_digests[t], [_bounds(s) for s in splits])
+            verdict = compare_chunks(t, src, lake_digests[t], [_bounds(s) for s in splits[t]])
             verdict.in_flight_keys = len(moved[t])
             verdict.unchecked_columns = dict(plans[t].unchecked)
             verdicts.append(verdict)

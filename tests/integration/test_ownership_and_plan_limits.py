@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_provider_mysqlcdc import pipeline as pipeline_mod
+from airflow_provider_mysqlcdc import plan_rules as pipeline_mod  # the plan limits live there
 from airflow_provider_mysqlcdc.core.config import PipelineConfig, PipelineConfigError
 from airflow_provider_mysqlcdc.pipeline import PipelineStateError, finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, TableOwnedError
