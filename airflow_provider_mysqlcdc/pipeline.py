@@ -39,7 +39,13 @@ from typing import Any
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.config import RESOLVED_START_MODES, PipelineConfig
 from airflow_provider_mysqlcdc.core.keys import Collation
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, build_manifest, offset_table
+from airflow_provider_mysqlcdc.core.manifest import (
+    CapturedTable,
+    Manifest,
+    build_manifest,
+    offset_table,
+    partial_backfill_chunks,
+)
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.plan_record import OffsetStart, PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import StagedFile
@@ -60,7 +66,7 @@ from airflow_provider_mysqlcdc.plan_rules import (
     purged_restart,
     resolved_start,
 )
-from airflow_provider_mysqlcdc.sinks.delta_chunk_swap import swap_chunk_rows
+from airflow_provider_mysqlcdc.sinks.delta_chunk_swap import swap_chunk_rows, swap_keyed_rows
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import (
     SCHEMA_CHANGE,
@@ -161,7 +167,7 @@ def plan_run(
             )
     snapshot_tables = [t for t in tables if t in new or t in backfill] if config.snapshots else []
     offset_tables = [] if config.snapshots else new
-    repairs = chosen_repairs(config, captured, snapshot_tables, notes)
+    repairs = chosen_repairs(config, manifest, snapshot_tables, notes, conn)
     unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables and t not in repairs]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
@@ -328,6 +334,12 @@ def finalize_run(
             report = store.read_group_report(plan_id, g)
             files += report.staged_files.get(t, []) if report else []
         key = new_tables[t].merge_key if t in new_tables else list(schema.primary_key)
+        if t in repaired and old is not None and t in record.row_filters:
+            meta = {"plan_id": plan_id, "snapshot_filter": record.row_filters[t]}
+            swap_keyed_rows(sink, t, old.tables[t], files, cdc_types.arrow_schema(schema), meta)
+            repaired[t] = replace(repaired[t], chunks=partial_backfill_chunks(
+                repaired[t].chunks, old.tables[t].chunks, ckpt))  # fmt: skip
+            continue
         if t in repaired and old is not None:
             meta = {"plan_id": plan_id, "repair_chunks": record.repair_chunks[t]}
             swap_chunk_rows(sink, t, old.tables[t], old.collations, record.repair_chunks[t], files,

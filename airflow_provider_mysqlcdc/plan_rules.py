@@ -14,6 +14,7 @@ from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
+from airflow_provider_mysqlcdc.mysql.checks import row_filter_problem
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
 from airflow_provider_mysqlcdc.state import StateStore
@@ -61,22 +62,37 @@ def purged_restart(
     return True
 
 
-def chosen_repairs(config: PipelineConfig, captured: set[str], snapshot_tables: list[str], notes: list[str]) -> dict[
-    str, list[int]
-]:
-    """The chunks to repair: of captured tables not snapshotted whole by this run anyway."""
-    if not config.repair_chunks:
+def chosen_repairs(config: PipelineConfig, captured: Manifest | None, snapshot_tables: list[str], notes: list[str],
+                   conn: Any = None) -> dict[str, list[int]]:  # fmt: skip
+    """The chunks to read again: ``repair_chunks``, and every chunk of a table with a
+    ``snapshot_filters`` condition (a partial backfill reads the rows it selects in every chunk) —
+    of captured tables not snapshotted whole by this run anyway. A filter is parsed by the source
+    first (``conn``), so a typo stops the plan, not a snapshot task."""
+    asked = dict(config.repair_chunks)
+    for t in config.snapshot_filters:
+        if t not in asked and captured is not None and t in captured.tables:
+            asked[t] = sorted(c.chunk.split_id for c in captured.tables[t].chunks)
+    if not asked and not config.snapshot_filters:
         return {}
-    missing = sorted(t for t in config.repair_chunks if t not in captured)
-    if missing:
-        raise PipelineStateError(
-            f"repair_chunks names {missing}, which this pipeline does not capture yet: only a captured table's "
-            "chunks can be repaired (a new table is snapshotted whole)"
-        )
-    whole = sorted(t for t in config.repair_chunks if t in snapshot_tables)
+    have = set(captured.tables) if captured else set()
+    for what, names in (("repair_chunks", config.repair_chunks), ("snapshot_filters", config.snapshot_filters)):
+        missing = sorted(t for t in names if t not in have)
+        if missing:
+            raise PipelineStateError(
+                f"{what} names {missing}, which this pipeline does not capture yet: only a captured table's "
+                "rows can be read again (a new table is snapshotted whole; leave it out of " + what + " for its "
+                "first run)"
+            )
+    for t, cond in config.snapshot_filters.items():
+        why = row_filter_problem(conn, t, cond) if conn is not None else None
+        if why:
+            raise PipelineStateError(f"snapshot_filters[{t!r}] is not a condition the source accepts: {why}. Fix "
+                                     "the condition (it is a WHERE clause on the table's columns)")  # fmt: skip
+    whole = sorted(t for t in asked if t in snapshot_tables)
     if whole:
-        notes.append(f"{whole} are snapshotted whole by this run: their repair_chunks are not needed")
-    return {t: ids for t, ids in config.repair_chunks.items() if t not in snapshot_tables}
+        notes.append(f"{whole} are snapshotted whole by this run: their repair_chunks / snapshot_filters are not "
+                     "needed")  # fmt: skip
+    return {t: ids for t, ids in asked.items() if t not in snapshot_tables}
 
 
 def resolved_start(

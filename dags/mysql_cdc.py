@@ -153,6 +153,19 @@ with DAG(
             "re-snapshot every captured table and restart the stream from those snapshots, while the source is "
             "written. Nothing is skipped silently.",
         ),
+        "snapshot_filters": Param(
+            {}, type="object", title="Partial backfill filters",
+            description="Per captured table, a SQL condition, e.g. {\"shop.orders\": \"created_at >= '2026-11-01'\"}: "
+            "only the rows it selects are read again and swapped in while the stream runs; the table's other rows "
+            "stay as they are.",
+            propertyNames={"pattern": TABLE_PATTERN},
+            additionalProperties={"type": "string", "minLength": 1},
+        ),
+        "max_rows_per_second": Param(
+            None, type=["null", "integer"], minimum=0, title="Snapshot rate limit",
+            description="The most rows per second the snapshot reads from the source, over all its tasks, to "
+            "protect a busy server (empty or 0 = unlimited).",
+        ),
         "takeover_tables": Param(
             [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
@@ -201,6 +214,8 @@ with DAG(
         resnapshot_tables="{{ params.resnapshot_tables }}",
         repair_chunks="{{ params.repair_chunks }}",
         recover_purged="{{ params.recover_purged }}",
+        snapshot_filters="{{ params.snapshot_filters }}",
+        max_rows_per_second="{{ params.max_rows_per_second }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
         chunk_key_columns="{{ params.chunk_key_columns }}",

@@ -82,6 +82,9 @@ class PipelineConfig:
     startup_timestamp: float | None = None  # epoch seconds, for startup_mode "timestamp"
     repair_chunks: dict[str, list[int]] = field(default_factory=dict)  # table -> chunk ids (verify's output)
     recover_purged: bool = False  # restart at the current offset and re-snapshot everything if the binlog is gone
+    # table -> SQL condition: refresh only the rows of a captured table it selects (a partial backfill)
+    snapshot_filters: dict[str, str] = field(default_factory=dict)
+    max_rows_per_second: int | None = None  # the snapshot's read rate over all its tasks; None = unlimited
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
@@ -160,6 +163,18 @@ class PipelineConfig:
         if both:
             problems.append(f"{both} are in both resnapshot_tables and repair_chunks: a re-snapshot already "
                             "replaces every chunk; give each table to one of them")  # fmt: skip
+        filters = _snapshot_filters(params.get("snapshot_filters"), problems)
+        unknown = [t for t in filters if selection is None or not selection.selects(t)]
+        if unknown:
+            problems.append(f"snapshot_filters names {unknown}, which are not in tables {tables}: add them to tables")
+        both = sorted(set(filters) & set(resnapshot))
+        if both:
+            problems.append(f"{both} are in both resnapshot_tables and snapshot_filters: a re-snapshot replaces "
+                            "every row, a filter refreshes only the rows it selects; give each table to one of "
+                            "them")  # fmt: skip
+        rate = _given(params, "max_rows_per_second", None)
+        rate = None if rate is None or rate == 0 or rate == "0" else _int("max_rows_per_second", rate, 1, None,
+                                                                        problems)  # fmt: skip
 
         chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
         if chunk_size is not None and chunk_size < MIN_CHUNK_SIZE and not allow_large:
@@ -246,6 +261,8 @@ class PipelineConfig:
             startup_timestamp=startup_ts if mode == "timestamp" else None,
             repair_chunks=repair,
             recover_purged=bool(recover),
+            snapshot_filters=filters,
+            max_rows_per_second=rate,
             notes=notes,
         )
 
@@ -350,6 +367,53 @@ def _repair_chunks(value: Any, problems: list[str]) -> dict[str, list[int]]:
             continue
         out[_norm_table(table)] = sorted(set(ids))
     return out
+
+
+def _snapshot_filters(value: Any, problems: list[str]) -> dict[str, str]:
+    """``{"db.t": "<SQL condition>"}``, or its JSON text. The condition is checked here only for what
+    would break the query around it; the plan asks the server to parse it (``EXPLAIN``)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}
+    example = "{\"shop.orders\": \"created_at >= '2026-01-01'\"}"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            problems.append(f"snapshot_filters must be a JSON object like {example}, got {value!r}")
+            return {}
+    if not isinstance(value, dict):
+        problems.append(f"snapshot_filters must map <database>.<table> to a SQL condition, e.g. {example}, "
+                        f"got {value!r}")  # fmt: skip
+        return {}
+    out: dict[str, str] = {}
+    for table, cond in value.items():
+        if not isinstance(table, str) or not _TABLE.match(table.strip()):
+            problems.append(f"snapshot_filters: {table!r} is not a table name written as <database>.<table>")
+            continue
+        why = _condition_problem(cond)
+        if why:
+            problems.append(f"snapshot_filters[{table!r}] {why}")
+            continue
+        out[_norm_table(table)] = str(cond).strip()
+    return out
+
+
+def _condition_problem(cond: Any) -> str | None:
+    """What makes ``cond`` unusable as one WHERE condition (None if nothing does)."""
+    if not isinstance(cond, str) or not cond.strip():
+        return f"must be a non-empty SQL condition such as \"status = 'late'\", got {cond!r}"
+    text = cond.strip()
+    bare = re.sub(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", "''", text)  # literals emptied
+    if ";" in bare or "--" in bare or "/*" in bare or "#" in bare:
+        return f"must be one condition without ';' or comments, got {text!r}"
+    depth = 0
+    for ch in bare:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            break
+    if depth != 0:
+        return f"has unbalanced parentheses: {text!r}"
+    return None
 
 
 def _timestamp(value: Any, problems: list[str]) -> float | None:

@@ -324,6 +324,26 @@ def build_manifest(plan: Any, chunk_results: Iterable[ChunkResult]) -> Manifest:
     return Manifest(_min_hw(tables), tables, collations)
 
 
+def partial_backfill_chunks(
+    fresh: Iterable[FinishedChunk], before: Iterable[FinishedChunk], restart: BinlogOffset | None
+) -> list[FinishedChunk]:
+    """The HWs of chunks a partial backfill (``snapshot_filters``) read again: min(new HW, R), R =
+    where the stream resumes (its checkpoint), else the chunk's old HW (no batch ran yet).
+
+    Why not the new HW, as a repair gives: the backfill replaced only the rows its filter selected.
+    The chunk's other rows are in the lake as of R, so the stream must apply their changes from R
+    on — a chunk HW after R would drop those between R and it. Replaying from the earlier offset
+    over the fresh rows, which are as of the new HW, passes through older images of them and ends
+    at the source's state: every change after the offset is applied in order, and a row image
+    replaces the whole row (docs/architecture.md, "Partial backfill")."""
+    old = {c.chunk.split_id: c.high_watermark for c in before}
+    out = []
+    for c in fresh:
+        bound = restart if restart is not None else old.get(c.chunk.split_id, c.high_watermark)
+        out.append(FinishedChunk(c.chunk, min(c.high_watermark, bound)))
+    return out
+
+
 def offset_table(schema: TableSchema, key_columns: list[dict[str, Any]], offset: BinlogOffset) -> CapturedTable:
     """A table captured from ``offset`` with no snapshot: one unbounded chunk that passes from there.
 

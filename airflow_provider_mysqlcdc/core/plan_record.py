@@ -105,6 +105,19 @@ class PlanRecord:
         return int(self.pipeline.get("max_parallel_groups") or DEFAULT_MAX_PARALLEL_GROUPS)
 
     @property
+    def max_rows_per_second(self) -> int | None:
+        """The snapshot's read throttle over all its groups (None: unlimited)."""
+        rate = self.pipeline.get("max_rows_per_second")
+        return int(rate) if rate else None
+
+    @property
+    def row_filters(self) -> dict[str, str]:
+        """table -> SQL condition: the partial backfills of this run (``snapshot_filters`` of the
+        tables it refreshes)."""
+        filters = self.pipeline.get("snapshot_filters") or {}
+        return {t: str(c) for t, c in filters.items() if t in self.repair_chunks}
+
+    @property
     def group_ids(self) -> list[int]:
         return [int(g["group_id"]) for g in self.groups]
 

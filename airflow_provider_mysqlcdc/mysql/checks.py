@@ -266,6 +266,20 @@ def cascading_fk_warnings(conn: Any, tables: list[str]) -> list[SourceProblem]:
     return out
 
 
+def row_filter_problem(conn: Any, table: str, condition: str) -> str | None:
+    """The server's complaint about ``condition`` as a WHERE clause of ``table`` (None if it parses
+    and names existing columns): ``EXPLAIN`` reads no rows."""
+    tid = TableId.parse(table)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"EXPLAIN SELECT 1 FROM {tid.quoted} WHERE ({condition})")
+            cur.fetchall()
+    except Exception as exc:  # the server's own message is what the user needs
+        args = getattr(exc, "args", ())
+        return str(args[1] if len(args) > 1 else exc)
+    return None
+
+
 def check_server(conn: Any) -> list[SourceProblem]:
     """Server-level problems only (binlog settings, privileges): cheap, run by every job at start."""
     info = server_info(conn)

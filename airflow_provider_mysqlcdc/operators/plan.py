@@ -53,6 +53,11 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param recover_purged: when the stream's restart offset was purged from the source, re-snapshot
         every captured table and restart the stream from those snapshots (without it, the plan
         fails naming the lost offset)
+    :param snapshot_filters: ``{"db.t": "<SQL condition>"}``: a partial backfill of a captured
+        table — only the rows the condition selects are read again and swapped in, while the stream
+        runs; every other row of the table stays as it is
+    :param max_rows_per_second: the most rows per second the snapshot reads from the source, over
+        all its tasks (None or 0: unlimited); shared by ``max_parallel_groups`` groups
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
         without a primary key need one)
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
@@ -85,6 +90,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         "resnapshot_tables",
         "repair_chunks",
         "recover_purged",
+        "snapshot_filters",
+        "max_rows_per_second",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
@@ -112,6 +119,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         resnapshot_tables: list[str] | str | None = None,
         repair_chunks: dict[str, list[int]] | str | None = None,
         recover_purged: bool | str = False,
+        snapshot_filters: dict[str, str] | str | None = None,
+        max_rows_per_second: int | str | None = None,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
@@ -138,6 +147,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.resnapshot_tables = resnapshot_tables
         self.repair_chunks = repair_chunks
         self.recover_purged = recover_purged
+        self.snapshot_filters = snapshot_filters
+        self.max_rows_per_second = max_rows_per_second
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
@@ -164,6 +175,8 @@ class MySqlCdcPlanOperator(BaseOperator):
             resnapshot_tables=self.resnapshot_tables,
             repair_chunks=self.repair_chunks,
             recover_purged=self.recover_purged,
+            snapshot_filters=self.snapshot_filters,
+            max_rows_per_second=self.max_rows_per_second,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,

@@ -91,7 +91,12 @@ def replace_chunk_rows(
         log.info(
             "%s: repaired chunks swapped in as version %s: %d file(s) rewritten without the chunks' %d rows "
             "(%d rows of other chunks kept), %d repaired file(s) with %d rows added",
-            table, version, counts["rewritten"], counts["rows_dropped"], counts["rows_kept"], len(files),
+            table,
+            version,
+            counts["rewritten"],
+            counts["rows_dropped"],
+            counts["rows_kept"],
+            len(files),
             sum(f.rows for f in files),
         )
     return version
@@ -130,4 +135,30 @@ def swap_chunk_rows(
     return replace_chunk_rows(sink, table, in_chunks, key_columns, files, schema, metadata, captured.merge_key)
 
 
-__all__ = ["RowsInChunks", "replace_chunk_rows", "swap_chunk_rows"]
+def swap_keyed_rows(
+    sink: DeltaSink,
+    table: str,
+    captured: CapturedTable,
+    files: list[StagedFile],
+    schema: pa.Schema,
+    metadata: dict[str, Any],
+) -> int | None:
+    """:func:`replace_chunk_rows` for a partial backfill (``snapshot_filters``): the rows replaced
+    are those whose key is among the staged rows' keys — the rows the filter selected, at their
+    chunk's HW — and every other row of the table stays as it is (docs/architecture.md, "Partial
+    backfill")."""
+    key_columns = list(captured.merge_key)
+    staged: set[tuple[object, ...]] = set()
+    for f in files:
+        keys = sink.storage.read_parquet(f.path, columns=key_columns)
+        staged.update(normal_key(k) for k in zip(*(keys.column(c).to_pylist() for c in key_columns), strict=True))
+
+    def in_chunks(keys: pa.Table) -> np.ndarray:
+        cols = [keys.column(c).to_pylist() for c in key_columns]
+        return np.fromiter((normal_key(k) in staged for k in zip(*cols, strict=True)), dtype=bool, count=keys.num_rows)
+
+    log.info("%s: the partial backfill replaces %d rows (the staged keys)", table, len(staged))
+    return replace_chunk_rows(sink, table, in_chunks, key_columns, files, schema, metadata, key_columns)
+
+
+__all__ = ["RowsInChunks", "replace_chunk_rows", "swap_chunk_rows", "swap_keyed_rows"]

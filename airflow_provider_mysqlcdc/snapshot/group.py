@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes
 from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport, StagedFile
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError
+from airflow_provider_mysqlcdc.core.throttle import read_slot_rate
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.checks import check_server
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
@@ -84,6 +85,7 @@ class GroupResult:
     rows: int
     seconds: float
     window_changes: int
+    read_seconds: float = 0.0  # staging: the chunks' reads (what max_rows_per_second paces)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -94,6 +96,7 @@ class GroupResult:
             "low_watermark": self.low_watermark.to_dict(),
             "high_watermark": self.high_watermark.to_dict(),
             "seconds": round(self.seconds, 3),
+            "read_seconds": round(self.read_seconds, 3),
             "window_changes": self.window_changes,
         }
 
@@ -110,6 +113,8 @@ class GroupRun:
     deferred: set[str]  # re-snapshotted tables: swapped in whole once every group has finished
     started: float  # time.monotonic() at the start
     server_id: int  # the binlog window reader's replication id: the group's own (core/server_ids.py)
+    max_rows_per_second: float | None = None  # this group's share of the snapshot's throttle
+    read_seconds: float = 0.0  # set by the staging step
 
     @property
     def key(self) -> str:
@@ -147,9 +152,12 @@ def run_snapshot_group(
     attempt = uuid.uuid4().hex[:12]
     key = _group_key(plan_id, group_id)
     log.info("snapshot group %s: %s (attempt %s)", key, group.label(), attempt)
-    work = prepare_tables(plan, group.splits, sink, key, attempt)
+    work = prepare_tables(plan, group.splits, sink, key, attempt, record.row_filters)
     server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
     run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)
+    if record.max_rows_per_second:  # shared by the groups that may run at once
+        run.max_rows_per_second = read_slot_rate(record.max_rows_per_second,
+                                                 min(len(groups), record.max_parallel_groups), 1)  # fmt: skip
     hooks = test_hooks or SnapshotTestHooks()
     return snapshot_group(spark, settings, store, sink, run, options or SnapshotOptions(), hooks)
 
@@ -170,10 +178,12 @@ def snapshot_group(
         log.info("group %s: low watermark %s", g, low)
 
         t0 = time.monotonic()
-        rows = stage_group(spark, settings, run.work, run.plan.collations,
-                           reader=opts.reader, fetch_size=opts.fetch_size, hooks=hooks)  # fmt: skip
-        log.info("group %s: staged %d chunks of %s, %d rows in %.1fs",
-                 g, len(run.group.splits), tables, rows, time.monotonic() - t0)  # fmt: skip
+        rows = stage_group(spark, settings, run.work, run.plan.collations, reader=opts.reader,
+                           fetch_size=opts.fetch_size, hooks=hooks,
+                           max_rows_per_second=run.max_rows_per_second)  # fmt: skip
+        run.read_seconds = time.monotonic() - t0
+        log.info("group %s: staged %d chunks of %s, %d rows in %.1fs (%.0f rows/s)", g, len(run.group.splits),
+                 tables, rows, run.read_seconds, rows / max(run.read_seconds, 1e-9))  # fmt: skip
 
         high = source.high_watermark(low, run, opts.skip_backfill, hooks)
         window_bytes = source.window_bytes(low, high)
@@ -299,7 +309,7 @@ def _report(store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOff
         for s in w.splits:
             f = w.files.get(s.split_id)
             chunks.append(ChunkResult(w.table, s.split_id, gid, low, high, f.rows if f else 0, round(secs, 3)))
-    result = GroupResult(gid, low, high, chunks, sum(c.rows for c in chunks), secs, changes)
+    result = GroupResult(gid, low, high, chunks, sum(c.rows for c in chunks), secs, changes, run.read_seconds)
     staged = {w.table: _nonempty(w) for w in run.work if w.table in run.deferred}
     store.write_group_report(run.plan_id, GroupReport(gid, chunks, result.summary(), run.attempt, staged))
     return result

@@ -17,6 +17,7 @@ object store (written from the task's Python through :class:`~airflow_provider_m
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +25,7 @@ from urllib.parse import quote
 from airflow_provider_mysqlcdc.core import projection
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.throttle import pause_after_read
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, local_path
 
@@ -59,8 +61,10 @@ def stage_chunk(
     staging_dir: str,
     dictionary_columns: list[str],
     storage: LakeStorage = LOCAL,
+    slot_rate: float | None = None,
 ) -> tuple[int, str, int, int]:
     """Read one chunk and write it as one Parquet file; runs in a Spark task (Python worker).
+    With ``slot_rate`` (rows/s) the task then waits until the chunk fits that rate (``core/throttle.py``).
 
     Returns ``(index, path, rows, bytes)``. Errors come back as RuntimeError with the server's or
     the driver's message (connectorx reports a Rust panic as a BaseException; it is converted so
@@ -68,6 +72,7 @@ def stage_chunk(
     """
     import connectorx as cx
 
+    started = time.monotonic()
     try:
         raw = cx.read_sql(connection_uri(settings), chunk_query(schema, predicate), return_type="arrow")
     except Exception as exc:
@@ -79,6 +84,7 @@ def stage_chunk(
     table = projection.canonicalize_native(raw, schema)
     path = f"{local_path(staging_dir).rstrip('/')}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
     size = storage.write_parquet(table, path, use_dictionary=dictionary_columns or False)
+    time.sleep(pause_after_read(table.num_rows, time.monotonic() - started, slot_rate))
     return index, path, table.num_rows, size
 
 
@@ -89,10 +95,13 @@ def stage_chunks(
     predicates: list[str],
     staging_dir: str,
     storage: LakeStorage = LOCAL,
+    slot_rate: float | None = None,
 ) -> list[tuple[int, str, int, int]]:
     """One Spark task per chunk; returns what :func:`stage_chunk` returned, in chunk order."""
     dictionary = cdc_types.dictionary_columns(schema)
     tasks = list(enumerate(predicates))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    out = rdd.map(lambda t: stage_chunk(settings, schema, t[0], t[1], staging_dir, dictionary, storage)).collect()
+    out = rdd.map(
+        lambda t: stage_chunk(settings, schema, t[0], t[1], staging_dir, dictionary, storage, slot_rate)
+    ).collect()
     return sorted(out)

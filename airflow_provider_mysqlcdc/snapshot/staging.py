@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn
 from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition, sql_literal
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.throttle import pause_after_read, read_slot_rate
 from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
@@ -81,6 +82,7 @@ class TableWork:
     staging: str = ""
     files: dict[int, StagedFile] = field(default_factory=dict)  # split_id -> staged file
     storage: LakeStorage = LOCAL  # how to reach ``staging`` (the sink's object store)
+    row_filter: str | None = None  # snapshot_filters: read only the rows this SQL condition selects
 
     @property
     def rows(self) -> int:
@@ -88,11 +90,17 @@ class TableWork:
 
 
 def prepare_tables(
-    plan: SnapshotPlan, chunks: list[SnapshotChunk], sink: DeltaSink, group_key: str, attempt: str
+    plan: SnapshotPlan,
+    chunks: list[SnapshotChunk],
+    sink: DeltaSink,
+    group_key: str,
+    attempt: str,
+    row_filters: dict[str, str] | None = None,
 ) -> list[TableWork]:
     """The group's tables, each created in the sink if new and given its own staging location.
 
-    The staging location is per attempt, so a retried group never adopts a failed attempt's files."""
+    The staging location is per attempt, so a retried group never adopts a failed attempt's files.
+    ``row_filters`` (table -> SQL condition) narrow a partial backfill's reads."""
     out = []
     for table in dict.fromkeys(s.table for s in chunks):
         schema = plan.tables[table]
@@ -110,6 +118,7 @@ def prepare_tables(
             pk_cols=[c.name for c in pk_key_cols],
             chunk_cols=all_splits[0].key_names,
             storage=sink.storage,
+            row_filter=(row_filters or {}).get(table),
         )
         sink.prepare_table(table, arrow_schema, w.pk_cols)
         w.staging = sink.staging_location(table, group_key, attempt)
@@ -126,19 +135,28 @@ def stage_group(
     reader: str,
     fetch_size: int,
     hooks: SnapshotTestHooks,
+    max_rows_per_second: float | None = None,
 ) -> int:
     """Stage every chunk of ``work`` (``w.files`` of each table is set); returns the rows staged.
 
     The tables are read as concurrent Spark jobs: a group of several small tables would otherwise
     leave cores idle between one-chunk jobs. The driver is idle meanwhile, so it loads the Arrow
     and Parquet machinery the window replay needs now rather than after the high watermark.
+    ``max_rows_per_second`` is this group's share of the snapshot's throttle (``core/throttle.py``).
     """
     url = mysql_jdbc.jdbc_url(settings)
     props = {**mysql_jdbc.jdbc_properties(settings), "fetchsize": str(fetch_size)}
+    slot_rate = None
+    if max_rows_per_second:
+        slots = min(sum(len(w.splits) for w in work), int(spark.sparkContext.defaultParallelism))
+        slot_rate = read_slot_rate(max_rows_per_second, 1, slots)
+        log.info("throttled to %.0f rows/s: each of %d concurrent chunk reads paces itself to %.0f rows/s",
+                 max_rows_per_second, slots, slot_rate)  # fmt: skip
     with _in_background(_warm_rewrite_path, [w.arrow_schema for w in work]):
         with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
             futures = [
-                pool.submit(_stage_table, spark, settings, url, props, w, collations, reader, hooks) for w in work
+                pool.submit(_stage_table, spark, settings, url, props, w, collations, reader, hooks, slot_rate)
+                for w in work
             ]
             for fut in futures:
                 fut.result()
@@ -165,9 +183,12 @@ def _stage_table(
     collations: dict[str, Collation],
     reader: str,
     hooks: SnapshotTestHooks,
+    slot_rate: float | None = None,
 ) -> None:
     """Read the table's chunks of this group into Parquet, one Spark task per chunk."""
     predicates = _stalled([split_condition(s, collations) for s in w.splits], w, collations, hooks)
+    if w.row_filter:
+        log.info("%s: reading only the rows where %s (snapshot_filters)", w.table, w.row_filter)
     native = reader != "jdbc"
     if native:
         why_not = native_reader_unavailable(settings, w.schema)
@@ -183,9 +204,10 @@ def _stage_table(
     try:
         with _in_background(hooks.during_read):
             if native:
-                w.files = _stage_natively(spark, settings, w, predicates)
+                filtered = [f"{p} AND ({w.row_filter})" for p in predicates] if w.row_filter else predicates
+                w.files = _stage_natively(spark, settings, w, filtered, slot_rate)
             else:
-                w.files = _stage_with_jdbc(spark, url, props, w, predicates)
+                w.files = _stage_with_jdbc(spark, url, props, w, predicates, slot_rate)
     except Exception as exc:
         raise SnapshotError(_explain_read_error(w.table, exc)) from exc
     finally:
@@ -220,10 +242,11 @@ def _progress_logger(spark: Any, label: str, total: int, stop: threading.Event) 
 
 
 def _stage_natively(
-    spark: Any, settings: ConnectionSettings, w: TableWork, predicates: list[str]
+    spark: Any, settings: ConnectionSettings, w: TableWork, predicates: list[str], slot_rate: float | None
 ) -> dict[int, StagedFile]:
     files = {}
-    for index, path, rows, size in stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage):
+    staged = stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage, slot_rate)
+    for index, path, rows, size in staged:
         sid = w.splits[index].split_id
         files[sid] = StagedFile(path, rows, size, [sid])
     _remove_unlisted(w.staging, {f.path for f in files.values()}, w.storage)
@@ -237,14 +260,18 @@ def jdbc_frame(
     schema: TableSchema,
     predicates: list[str] | None = None,
     key_columns: list[str] | None = None,
+    row_filter: str | None = None,
 ) -> Any:
     """The table read with Spark JDBC as a DataFrame of canonical values (:func:`projection.jdbc_read`):
     one partition per predicate, in order. ``key_columns`` are the columns the predicates compare.
+    ``row_filter`` is a condition on the table's own columns (inside the subquery, where the
+    columns still have their source types).
 
     The server sends dates and times as integers and Spark's proleptic functions make them DATE
     and TIMESTAMP (a narrow projection: partition i still holds predicate i's rows)."""
     read = projection.jdbc_read(schema, key_columns or ())
-    subquery = f"(SELECT {read.select_list} FROM {schema.table.quoted}) AS src"
+    where = f" WHERE ({row_filter})" if row_filter else ""
+    subquery = f"(SELECT {read.select_list} FROM {schema.table.quoted}{where}) AS src"
     reader_props = {**props, "customSchema": read.custom_schema}
     if predicates is None:
         df = spark.read.jdbc(url, subquery, properties=reader_props)
@@ -254,11 +281,12 @@ def jdbc_frame(
 
 
 def _stage_with_jdbc(
-    spark: Any, url: str, props: dict[str, str], w: TableWork, predicates: list[str]
+    spark: Any, url: str, props: dict[str, str], w: TableWork, predicates: list[str], slot_rate: float | None
 ) -> dict[int, StagedFile]:
-    df = jdbc_frame(spark, url, props, w.schema, predicates, w.chunk_cols)
-    if not is_local(w.staging):  # Spark's JVM has no object-store connector: Python writes the files
-        return _stage_partitions_from_python(df, w, predicates)
+    df = jdbc_frame(spark, url, props, w.schema, predicates, w.chunk_cols, w.row_filter)
+    # Spark's JVM has no object-store connector, and a throttled read paces in the task: Python writes the files
+    if not is_local(w.staging) or slot_rate:
+        return _stage_partitions_from_python(df, w, predicates, slot_rate)
     writer = df.write.mode("overwrite").option("parquet.enable.dictionary", "false")
     for name in cdc_types.dictionary_columns(w.schema):
         writer = writer.option(f"parquet.enable.dictionary#{name}", "true")
@@ -266,20 +294,25 @@ def _stage_with_jdbc(
     return _collect_staged(w.staging, w.splits)
 
 
-def _stage_partitions_from_python(df: Any, w: TableWork, predicates: list[str]) -> dict[int, StagedFile]:
-    """Write each JDBC partition (= chunk) as one Parquet file from the Python worker (``mapInArrow``)."""
+def _stage_partitions_from_python(
+    df: Any, w: TableWork, predicates: list[str], slot_rate: float | None = None
+) -> dict[int, StagedFile]:
+    """Write each JDBC partition (= chunk) as one Parquet file from the Python worker (``mapInArrow``);
+    with ``slot_rate`` the task then waits until its rows fit that rate (``core/throttle.py``)."""
     staging, storage, target = w.staging.rstrip("/"), w.storage, w.arrow_schema
     dictionary = cdc_types.dictionary_columns(w.schema) or False
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        started = time.monotonic()
         index = TaskContext.get().partitionId()
         parts = [b for b in batches if b.num_rows]
         table = pa.Table.from_batches(parts).select(target.names).cast(target) if parts else None
         if table is not None and table.num_rows:
             path = f"{staging}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
             size = storage.write_parquet(table, path, use_dictionary=dictionary)
+            time.sleep(pause_after_read(table.num_rows, time.monotonic() - started, slot_rate))
             yield pa.record_batch([[index], [path], [table.num_rows], [size]], names=["index", "path", "rows", "size"])
 
     rows = df.mapInArrow(write, "index long, path string, rows long, size long").collect()

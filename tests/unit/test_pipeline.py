@@ -210,3 +210,22 @@ def test_a_repair_replaces_chunks_and_a_late_hand_over_keeps_only_their_new_hws(
     assert [c.high_watermark.pos for c in h.tables["shop.t"].chunks] == [200, 300, 200]
     assert h.tables["shop.o"].chunks[0].high_watermark == p
     assert h.start_offset == p and h.generation.number == m2.generation.number + 1
+
+
+def test_a_partial_backfill_s_chunks_resume_where_the_lake_s_other_rows_stand() -> None:
+    from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
+    from airflow_provider_mysqlcdc.core.keys import KeyColumn
+    from airflow_provider_mysqlcdc.core.manifest import FinishedChunk, partial_backfill_chunks
+
+    col = (KeyColumn("id", "int"),)
+    chunks = [SnapshotChunk("shop.t", 0, col, None, (10,)), SnapshotChunk("shop.t", 1, col, (10,), None)]
+    old = [FinishedChunk(c, BinlogOffset("b.000002", pos)) for c, pos in zip(chunks, (100, 40), strict=True)]
+    fresh = [FinishedChunk(c, BinlogOffset("b.000002", 300)) for c in chunks]
+    # the stream's checkpoint P = 200 is before the new HW: the rows the filter left out are as of P
+    assert [c.high_watermark.pos for c in partial_backfill_chunks(fresh, old, BinlogOffset("b.000002", 200))] == [
+        200, 200]  # fmt: skip
+    # P after the new HW: the new HW, as a repair gives
+    assert [c.high_watermark.pos for c in partial_backfill_chunks(fresh, old, BinlogOffset("b.000003", 4))] == [
+        300, 300]  # fmt: skip
+    # no batch ran yet: each chunk's other rows are as of its old HW
+    assert [c.high_watermark.pos for c in partial_backfill_chunks(fresh, old, None)] == [100, 40]

@@ -148,3 +148,24 @@ def test_repair_chunks_take_verify_output_and_name_every_problem() -> None:
         PipelineConfig.from_params(**BASE, repair_chunks={"shop.orders": [1]}, startup_mode="latest-offset")
     with pytest.raises(PipelineConfigError, match=r"repair_chunks must be a JSON object"):
         PipelineConfig.from_params(**BASE, repair_chunks="{oops")
+
+
+def test_snapshot_filters_and_the_throttle() -> None:
+    c = PipelineConfig.from_params(**{**BASE, "snapshot_filters": '{"`shop`.`orders`": " status = \'late;\' "}',
+                                      "max_rows_per_second": "5000"})  # fmt: skip
+    assert c.snapshot_filters == {"shop.orders": "status = 'late;'"} and c.max_rows_per_second == 5000
+    assert PipelineConfig.from_params(**{**BASE, "max_rows_per_second": 0}).max_rows_per_second is None
+    with pytest.raises(PipelineConfigError) as err:
+        PipelineConfig.from_params(**{**BASE, "tables": ["shop.orders", "shop.items"],
+                                      "resnapshot_tables": ["shop.items"],
+                                      "snapshot_filters": {"shop.x": "a = 1", "shop.orders": "a = 1; DROP TABLE t",
+                                                           "shop.items": "(a = 1"},
+                                      "max_rows_per_second": -3})  # fmt: skip
+    text = str(err.value)
+    assert "snapshot_filters names ['shop.x'], which are not in tables" in text
+    assert "without ';' or comments" in text and "unbalanced parentheses" in text
+    assert "in both resnapshot_tables and snapshot_filters" not in text  # shop.items was refused already
+    assert "max_rows_per_second must be >= 1, got -3" in text
+    with pytest.raises(PipelineConfigError, match="in both resnapshot_tables and snapshot_filters"):
+        PipelineConfig.from_params(**{**BASE, "resnapshot_tables": ["shop.orders"],
+                                      "snapshot_filters": {"shop.orders": "a = 1"}})  # fmt: skip
