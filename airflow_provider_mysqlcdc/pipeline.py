@@ -321,9 +321,11 @@ def finalize_run(
         collations.update(o.collation_objects())
         sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t].merge_key)
 
+    # changelog_tables switched on or off for tables already captured: the stream takes it at a hand-over
+    logged = {t for t, e in old.tables.items() if e.changelog != record.has_changelog(t)} if old else set()
     paused: dict[str, Any] = {}
-    if (new_tables or repaired) and stream_state(store)["running"]:
-        log.info("pausing the stream to hand %s over to it", sorted([*new_tables, *repaired]))
+    if (new_tables or repaired or logged) and stream_state(store)["running"]:
+        log.info("pausing the stream to hand %s over to it", sorted({*new_tables, *repaired, *logged}))
         paused = pause_stream(store, timeout=stop_timeout)
     ckpt = checkpoint_offset(store, old)
 
@@ -350,10 +352,13 @@ def finalize_run(
 
     manifest = old
     new_generation = None
-    if new_tables or repaired:
+    if new_tables or repaired or logged:
         manifest = old.merged(new_tables, collations) if old else Manifest.of(new_tables, collations)
         for t, entry in repaired.items():
             manifest = manifest.with_chunks(t, entry.chunks)
+        manifest = manifest.with_changelogs({t: record.has_changelog(t) for t in manifest.tables})
+        if logged:
+            log.info("changelog switched %s", {t: "on" if record.has_changelog(t) else "off" for t in sorted(logged)})
         fresh = {**new_tables, **repaired}
         early = [t for t, e in fresh.items() if ckpt is not None and e.min_high_watermark < ckpt]
         if record.recover_purged:  # the old checkpoint's offset is gone: start over from the new snapshots

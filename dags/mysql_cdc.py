@@ -166,6 +166,13 @@ with DAG(
             description="The most rows per second the snapshot reads from the source, over all its tasks, to "
             "protect a busy server (empty or 0 = unlimited).",
         ),
+        "changelog_tables": Param(
+            [], type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, title="Changelog tables",
+            description="Names or patterns of captured tables that also get a changelog: an append-only Delta table "
+            "at <sink_root>/_changelog/<db>/<table> with every change (op, before and after images, commit time, "
+            "binlog position, transaction) and the snapshot rows as op r; the SCD type 2 history is derived from "
+            "it. A table switched on after its snapshot is logged from then on (re-snapshot it to seed it).",
+        ),
         "takeover_tables": Param(
             [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
@@ -216,6 +223,7 @@ with DAG(
         recover_purged="{{ params.recover_purged }}",
         snapshot_filters="{{ params.snapshot_filters }}",
         max_rows_per_second="{{ params.max_rows_per_second }}",
+        changelog_tables="{{ params.changelog_tables }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
         chunk_key_columns="{{ params.chunk_key_columns }}",

@@ -85,11 +85,16 @@ class PipelineConfig:
     # table -> SQL condition: refresh only the rows of a captured table it selects (a partial backfill)
     snapshot_filters: dict[str, str] = field(default_factory=dict)
     max_rows_per_second: int | None = None  # the snapshot's read rate over all its tasks; None = unlimited
+    changelog_tables: list[str] = field(default_factory=list)  # names/patterns whose changes are also logged
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
     def selection(self) -> TableSelection:
         return TableSelection.parse(self.tables, self.exclude_tables)
+
+    def has_changelog(self, table: str) -> bool:
+        """Whether ``table`` (a captured one) gets a changelog table (docs/architecture.md, "Changelog")."""
+        return bool(self.changelog_tables) and TableSelection.parse(self.changelog_tables).selects(table)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,6 +177,11 @@ class PipelineConfig:
             problems.append(f"{both} are in both resnapshot_tables and snapshot_filters: a re-snapshot replaces "
                             "every row, a filter refreshes only the rows it selects; give each table to one of "
                             "them")  # fmt: skip
+        changelog = _table_list("changelog_tables", params.get("changelog_tables") or [], problems, patterns=True)
+        named = TableSelection.parse(changelog).exact_names if changelog else []
+        exact = [t for t in named if selection is not None and not selection.selects(t)]
+        if exact:
+            problems.append(f"changelog_tables names {exact}, which are not in tables {tables}: add them to tables")
         rate = _given(params, "max_rows_per_second", None)
         rate = None if rate is None or rate == 0 or rate == "0" else _int("max_rows_per_second", rate, 1, None,
                                                                         problems)  # fmt: skip
@@ -263,6 +273,7 @@ class PipelineConfig:
             recover_purged=bool(recover),
             snapshot_filters=filters,
             max_rows_per_second=rate,
+            changelog_tables=changelog,
             notes=notes,
         )
 

@@ -68,6 +68,7 @@ class CapturedTable:
     chunks: list[FinishedChunk]
     added_columns: list[str] = field(default_factory=list)
     schema_position: BinlogOffset | None = None
+    changelog: bool = False  # the stream appends its changes to the table's changelog too
 
     @property
     def chunk_key_columns(self) -> list[str]:
@@ -98,6 +99,8 @@ class CapturedTable:
             out["added_columns"] = list(self.added_columns)
         if self.schema_position is not None:
             out["schema_position"] = self.schema_position.to_dict()
+        if self.changelog:
+            out["changelog"] = True
         return out
 
     @classmethod
@@ -114,6 +117,7 @@ class CapturedTable:
             [FinishedChunk.from_dict(s, name) for s in d["splits"]],
             list(d.get("added_columns", [])),
             None if not pos else BinlogOffset.from_dict(pos),
+            bool(d.get("changelog", False)),
         )
 
 
@@ -165,6 +169,11 @@ class Manifest:
         The generation carries over (only a stream without a checkpoint uses the start offset)."""
         merged = {**self.tables, **tables}
         return Manifest(_min_hw(merged), merged, {**self.collations, **collations}, self.generation)
+
+    def with_changelogs(self, flags: dict[str, bool]) -> Manifest:
+        """This manifest with each named table's changelog switched on or off."""
+        tables = {t: replace(e, changelog=flags.get(t, e.changelog)) for t, e in self.tables.items()}
+        return Manifest(self.start_offset, tables, self.collations, self.generation)
 
     def with_chunks(self, table: str, chunks: Iterable[FinishedChunk]) -> Manifest:
         """This manifest with some chunks of ``table`` replaced (same split ids: a repair's new HWs)."""

@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
 from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.table_selection import TableSelection
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ class PlanRecord:
         tables it refreshes)."""
         filters = self.pipeline.get("snapshot_filters") or {}
         return {t: str(c) for t, c in filters.items() if t in self.repair_chunks}
+
+    def has_changelog(self, table: str) -> bool:
+        """Whether this run's config gives ``table`` a changelog (``changelog_tables``)."""
+        patterns = self.pipeline.get("changelog_tables") or []
+        return bool(patterns) and TableSelection.parse(patterns).selects(table)
 
     @property
     def group_ids(self) -> list[int]:

@@ -58,6 +58,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         runs; every other row of the table stays as it is
     :param max_rows_per_second: the most rows per second the snapshot reads from the source, over
         all its tasks (None or 0: unlimited); shared by ``max_parallel_groups`` groups
+    :param changelog_tables: names or patterns of captured tables that also get a changelog table
+        (every change with before/after images and binlog position, snapshot rows as op ``r``;
+        docs/architecture.md, "Changelog")
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
         without a primary key need one)
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
@@ -92,6 +95,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "recover_purged",
         "snapshot_filters",
         "max_rows_per_second",
+        "changelog_tables",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
@@ -121,6 +125,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         recover_purged: bool | str = False,
         snapshot_filters: dict[str, str] | str | None = None,
         max_rows_per_second: int | str | None = None,
+        changelog_tables: list[str] | str | None = None,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
@@ -149,6 +154,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.recover_purged = recover_purged
         self.snapshot_filters = snapshot_filters
         self.max_rows_per_second = max_rows_per_second
+        self.changelog_tables = changelog_tables
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
@@ -177,6 +183,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             recover_purged=self.recover_purged,
             snapshot_filters=self.snapshot_filters,
             max_rows_per_second=self.max_rows_per_second,
+            changelog_tables=self.changelog_tables,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,

@@ -27,9 +27,10 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.changelog import snapshot_to_changelog
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes
 from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport, StagedFile
@@ -42,6 +43,7 @@ from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_changelog import replace_snapshot_rows
 from airflow_provider_mysqlcdc.snapshot.binlog_window import replay_window
 from airflow_provider_mysqlcdc.snapshot.staging import (
     SnapshotError,
@@ -115,6 +117,7 @@ class GroupRun:
     server_id: int  # the binlog window reader's replication id: the group's own (core/server_ids.py)
     max_rows_per_second: float | None = None  # this group's share of the snapshot's throttle
     read_seconds: float = 0.0  # set by the staging step
+    changelog: set[str] = field(default_factory=set)  # tables whose rows also go to their changelog as 'r'
 
     @property
     def key(self) -> str:
@@ -155,6 +158,7 @@ def run_snapshot_group(
     work = prepare_tables(plan, group.splits, sink, key, attempt, record.row_filters)
     server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
     run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)
+    run.changelog = {t for t in group.tables if record.has_changelog(t)}
     if record.max_rows_per_second:  # shared by the groups that may run at once
         run.max_rows_per_second = read_slot_rate(record.max_rows_per_second,
                                                  min(len(groups), record.max_parallel_groups), 1)  # fmt: skip
@@ -186,6 +190,7 @@ def snapshot_group(
                  tables, rows, run.read_seconds, rows / max(run.read_seconds, 1e-9))  # fmt: skip
 
         high = source.high_watermark(low, run, opts.skip_backfill, hooks)
+        high_taken_at = time.time()
         window_bytes = source.window_bytes(low, high)
         log.info("group %s: high watermark %s, binlog window of %d bytes", g, high, window_bytes)
 
@@ -193,6 +198,7 @@ def snapshot_group(
     log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes", g, low, high, tables, changes)
 
     versions = _commit(sink, run, low, high)
+    _log_snapshot_rows(sink, run, high, high_taken_at)
     log.info("group %s: committed Delta versions %s; kept for the table swap: %s",
              g, versions, sorted(run.deferred.intersection(run.group.tables)) or "none")  # fmt: skip
 
@@ -298,6 +304,20 @@ def _commit(sink: DeltaSink, run: GroupRun, low: BinlogOffset, high: BinlogOffse
             w.table, run.key, _nonempty(w), w.arrow_schema, metadata, primary_key=w.pk_cols
         )
     return versions
+
+
+def _log_snapshot_rows(sink: DeltaSink, run: GroupRun, high: BinlogOffset, taken_at: float) -> None:
+    """The group's rows of each table with a changelog, as op 'r' at the group's HW; a retried group
+    replaces its earlier attempt's rows (docs/architecture.md, "Changelog")."""
+    tx_id = f"snapshot:{run.plan_id}:{run.group.group_id}"
+    for w in run.work:
+        if w.table not in run.changelog:
+            continue
+        files = _nonempty(w)
+        rows = (snapshot_to_changelog(sink.storage.read_parquet(f.path), w.arrow_schema, high, taken_at, tx_id)
+                for f in files)  # fmt: skip
+        n = replace_snapshot_rows(sink, w.table, w.arrow_schema, rows, tx_id)
+        log.info("group %s: %s: %d snapshot rows in the changelog", run.key, w.table, n)
 
 
 def _report(store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOffset, changes: int) -> GroupResult:

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -25,10 +26,12 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
+from airflow_provider_mysqlcdc.core.changelog import changes_to_changelog
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import maintain_table
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
@@ -164,6 +167,9 @@ class BatchApplier:
             block = decode_blocks(blobs[t])
             if block is None:
                 continue
+            if self.manifest.tables[t].changelog:
+                append_changes(self.sink, t, self.arrow[t], [changes_to_changelog(block, self.arrow[t])], self.app_id,
+                               batch_id)  # fmt: skip
             upserts, delete_keys = fold_block(block, self.pks[t])
             self.sink.apply_changes(t, upserts.cast(self.arrow[t]), delete_keys, self.pks[t], self.app_id, batch_id)
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
@@ -225,6 +231,8 @@ class BatchApplier:
                 log.info("batch %d: %s: %s %s", batch_id, table, phase, details)
 
         try:
+            if self.manifest.tables[table].changelog:
+                self._log_bounded(table, blobs, staged, batch_id)
             for blob in blobs:
                 fold.add(pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
             for f in staged:
@@ -240,6 +248,20 @@ class BatchApplier:
         out = {**result.to_dict(), "buckets": buckets, "change_bytes": nbytes, "changes": fold.changes}
         log.info("batch %d: %s applied in bounded memory: %s", batch_id, table, out)
         return out
+
+    def _log_bounded(self, table: str, blobs: list[bytes], staged: list[dict[str, Any]], batch_id: int) -> None:
+        """Stream a large batch's changes of ``table`` into its changelog, block by block, in one commit."""
+        schema = self.arrow[table]
+
+        def tables() -> Iterator[pa.Table]:
+            for blob in blobs:
+                yield changes_to_changelog(pa.ipc.open_stream(pa.py_buffer(blob)).read_all(), schema)
+            for f in staged:
+                for block in read_staged_blocks(f["path"], self.store.storage):
+                    yield changes_to_changelog(pa.Table.from_batches([block]), schema)
+
+        rows = append_changes(self.sink, table, schema, tables(), self.app_id, batch_id)
+        log.info("batch %d: %s: %s changelog rows appended", batch_id, table, "no" if rows is None else rows)
 
 
 class _Throttle:

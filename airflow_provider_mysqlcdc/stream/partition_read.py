@@ -124,11 +124,13 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     added = {t: tuple(manifest.tables[t].added_columns) for t in schemas}
     converters = {t: binlog_values.binlog_row_converter(s, added[t]) for t, s in schemas.items()}
     key_cols = {t: tuple(m.chunk_key_columns) for t, m in manifest.tables.items()}
-    full_before = reader.before_image == "full"
+    # a table with a changelog keeps every column of its before images (core/changelog.py)
+    full_before = {t: reader.before_image == "full" or manifest.tables[t].changelog for t in schemas}
     block_rows = reader.block_rows
     before_cols = {t: key_image_columns(s.primary_key, key_cols[t]) for t, s in schemas.items()}
-    builders = {t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), before_cols[t], full_before))
+    builders = {t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), before_cols[t], full_before[t]))
                 for t, s in schemas.items()}  # fmt: skip
+    key_only = {t: c for t, c in before_cols.items() if not full_before[t]}  # the decoder's before images
 
     def convert(table: str, values: dict[str, Any], none_sources: Any) -> dict[str, Any]:
         return converters[table](values, none_sources)
@@ -189,8 +191,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     while True:
         rr = BinlogRangeReader(reader._settings(), pos, end, reader.tables, part.server_id, blocking=False,
                                convert=convert, ddl=True, schemas=schemas, added_columns=added,
-                               key_columns=None if full_before else before_cols, emit_from=emit_from,
-                               emit_to=emit_to)  # fmt: skip
+                               key_columns=key_only, emit_from=emit_from, emit_to=emit_to)  # fmt: skip
         cur_tx: BinlogOffset | None = None
         n_in_tx = 0
         failure: Exception

@@ -21,13 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_mysqlcdc.core.changelog import order_key
 from airflow_provider_mysqlcdc.core.manifest import build_manifest
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_changelog import read_changelog
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import RUN, STATUS, request_stop, stream_state, wait_until_applied
@@ -150,8 +153,10 @@ def _bounded_commits(sink: DeltaSink) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(1200)
 def test_stream_applies_huge_transactions_in_bounded_memory(big_server, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """UPDATE every row, DELETE half, INSERT 300,000 — one transaction each — then small ones."""
+    """UPDATE every row, DELETE half, INSERT 300,000 — one transaction each — then small ones; the
+    table's changelog is on, so each huge batch also streams into it in one commit."""
     store, sink, plan = _snapshotted(spark, big_server, tmp_path, "big")
+    store.write_manifest(store.read_manifest().with_changelogs({TABLE: True}))
     log_path = tmp_path / "stream.log"
     proc = _launch(big_server, tmp_path, "big", log_path)
     try:
@@ -180,6 +185,14 @@ def test_stream_applies_huge_transactions_in_bounded_memory(big_server, spark, t
     assert {(b["upserts"], b["deletes"]) for b in bounded} >= {(ROWS, 0), (0, ROWS // 2), (ROWS, 0)}
     status = store.read_json(STATUS)
     assert status["batch_id"] >= 3 and "current_batch" not in status
+    changes = read_changelog(sink, TABLE)
+    ops = changes.group_by("_op").aggregate([("_op", "count")]).to_pydict()
+    assert dict(zip(ops["_op"], ops["_op_count"], strict=True)) == {"u": ROWS + 5, "d": ROWS // 2, "c": ROWS + 5}
+    keys = changes.select(["_tx_id", "_event_pos", "_row_index"]).group_by(["_tx_id", "_event_pos", "_row_index"])
+    assert keys.aggregate([]).num_rows == changes.num_rows  # each change once
+    ordered = order_key(changes)  # the huge UPDATE came first: its rows lead the 'u' changes
+    moved = ordered.filter(pc.equal(ordered.column("_op"), "u")).slice(0, 3).to_pylist()
+    assert all(r["before"]["v"] + 1 == r["after"]["v"] and r["after"]["s"] == "y" + r["before"]["s"] for r in moved)
 
 
 @pytest.mark.timeout(1200)

@@ -169,3 +169,12 @@ def test_snapshot_filters_and_the_throttle() -> None:
     with pytest.raises(PipelineConfigError, match="in both resnapshot_tables and snapshot_filters"):
         PipelineConfig.from_params(**{**BASE, "resnapshot_tables": ["shop.orders"],
                                       "snapshot_filters": {"shop.orders": "a = 1"}})  # fmt: skip
+
+
+def test_changelog_tables_take_names_and_patterns_of_captured_tables() -> None:
+    c = PipelineConfig.from_params(**{**BASE, "tables": ["shop.*"], "changelog_tables": "shop.orders, shop.item_*"})
+    assert c.changelog_tables == ["shop.orders", "shop.item_*"]
+    assert c.has_changelog("shop.orders") and c.has_changelog("shop.item_x") and not c.has_changelog("shop.users")
+    assert not PipelineConfig.from_params(**BASE).has_changelog("shop.orders")
+    with pytest.raises(PipelineConfigError, match=r"changelog_tables names \['crm.users'\], which are not in tables"):
+        PipelineConfig.from_params(**{**BASE, "changelog_tables": ["crm.users", "crm.*"]})

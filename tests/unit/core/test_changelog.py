@@ -1,0 +1,85 @@
+"""Changelog rows and the SCD2 view on plain data (core/changelog.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema
+from airflow_provider_mysqlcdc.core.changelog import (
+    changelog_schema,
+    changes_to_changelog,
+    order_key,
+    scd2,
+    snapshot_to_changelog,
+)
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+
+TABLE = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
+F = "mysql-bin.000002"
+
+
+def _block(changes: list[tuple[str, int, int, dict | None, dict | None]], full_before: bool = True) -> pa.Table:
+    b = BlockBuilder(block_schema(TABLE, ["id"], full_before))
+    for seq, (op, pos, ts, before, after) in enumerate(changes):
+        b.add(op, F, pos, 2, pos + 10, 0, seq, ts, before, after)
+    return pa.Table.from_batches([b.build()])
+
+
+def _ts(sec: int) -> datetime:
+    return datetime.fromtimestamp(sec, UTC)
+
+
+def test_changes_become_changelog_rows_with_their_binlog_positions() -> None:
+    block = _block([("c", 100, 1000, None, {"id": 1, "v": "a"}),
+                    ("u", 200, 1001, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+                    ("d", 300, 1002, {"id": 1, "v": "b"}, None)])  # fmt: skip
+    log = changes_to_changelog(block, TABLE)
+    assert log.schema == changelog_schema(TABLE)
+    rows = log.to_pylist()
+    assert [r["_op"] for r in rows] == ["c", "u", "d"]
+    assert [r["_tx_id"] for r in rows] == [f"{F}:100", f"{F}:200", f"{F}:300"]
+    assert [(r["_binlog_file"], r["_binlog_pos"], r["_event_pos"]) for r in rows] == [
+        (F, 100, 110), (F, 200, 210), (F, 300, 310)]  # fmt: skip
+    assert rows[1]["before"] == {"id": 1, "v": "a"} and rows[1]["after"] == {"id": 1, "v": "b"}
+    assert rows[0]["before"] is None and rows[2]["after"] is None
+    assert rows[2]["_commit_ts"] == _ts(1002)
+
+
+def test_a_key_only_before_image_is_widened_with_nulls() -> None:
+    block = _block([("u", 100, 1000, {"id": 1}, {"id": 1, "v": "b"}), ("c", 200, 1001, None, {"id": 2, "v": "x"})],
+                   full_before=False)  # fmt: skip
+    rows = changes_to_changelog(block, TABLE).to_pylist()
+    assert rows[0]["before"] == {"id": 1, "v": None}
+    assert rows[1]["before"] is None
+
+
+def test_scd2_versions_end_at_the_next_event_of_their_key() -> None:
+    snap = snapshot_to_changelog(pa.table({"id": [1, 5], "v": ["a", "e"]}, schema=TABLE), TABLE,
+                                 BinlogOffset(F, 50), 900.0, "snapshot:p1:0")  # fmt: skip
+    block = _block([("u", 100, 1000, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+                    ("u", 200, 1001, {"id": 1, "v": "b"}, {"id": 2, "v": "b"}),  # key move 1 -> 2
+                    ("c", 300, 1002, None, {"id": 3, "v": "c"}),
+                    ("d", 400, 1003, {"id": 3, "v": "c"}, None),
+                    ("u", 500, 1004, {"id": 5, "v": "e"}, {"id": 5, "v": "f"})])  # fmt: skip
+    log = pa.concat_tables([changes_to_changelog(block, TABLE), snap])  # unordered, as read back
+    assert order_key(log).column("_op").to_pylist() == ["r", "r", "u", "u", "c", "d", "u"]
+    hist = sorted(scd2(log, ["id"]).to_pylist(), key=lambda r: (r["id"], r["valid_from"]))
+    got = [(r["id"], r["v"], r["_op"], r["valid_to"], r["is_current"]) for r in hist]
+    assert got == [
+        (1, "a", "r", _ts(1000), False),
+        (1, "b", "u", _ts(1001), False),  # ended by the move to key 2
+        (2, "b", "u", None, True),
+        (3, "c", "c", _ts(1003), False),  # ended by its delete
+        (5, "e", "r", _ts(1004), False),
+        (5, "f", "u", None, True),
+    ]
+    current = sorted((r["id"], r["v"]) for r in hist if r["is_current"])
+    assert current == [(2, "b"), (5, "f")]
+
+
+def test_an_empty_changelog_has_an_empty_history() -> None:
+    empty = changelog_schema(TABLE).empty_table()
+    out = scd2(empty, ["id"])
+    assert out.num_rows == 0 and "valid_from" in out.schema.names
