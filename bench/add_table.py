@@ -1,6 +1,6 @@
 """Add-table benchmark: the lag of the tables already streamed while another table is added.
 
-    .venv/bin/python bench/add_table.py [--rows 50000] [--new-rows 1000000] [--rate 50]
+    .venv/bin/python bench/add_table.py [--rows 50000] [--new-rows 1000000] [--rate 50] [--backfill]
 
 A private MariaDB with ``bench.a`` (``--rows`` rows, streamed) and ``bench.b`` (``--new-rows``
 rows, added later). The stream job runs as the stream operator launches it (``spark-submit`` of
@@ -16,6 +16,11 @@ Reports (one JSON line): ``bench.a``'s lag p50 / p99 / max in the 15 s before th
 30 s of warm-up), during the snapshot
 of ``bench.b``, and around the hand-over (from the pause request to 10 s after it); how long the
 stream was paused; and whether both tables equal their sources at the end.
+
+``--backfill`` measures the online backfill instead: both tables are captured and streamed from the
+start, the writer also updates random rows of ``bench.b`` at the same rate, and ``bench.b`` is
+re-snapshotted the way the DAG's ``resnapshot_tables`` param does it (``plan_run`` with it, its
+groups, ``finalize_run``) while the stream keeps applying ``bench.a`` and ``bench.b``.
 """
 
 from __future__ import annotations
@@ -60,9 +65,9 @@ BASE = 1_000_000_000
 
 
 class Writer(threading.Thread):
-    def __init__(self, server: MariaDBServer, rows: int, rate: float):
+    def __init__(self, server: MariaDBServer, rows: int, rate: float, other_rows: int = 0):
         super().__init__(daemon=True)
-        self.server, self.rows, self.rate = server, rows, rate
+        self.server, self.rows, self.rate, self.other_rows = server, rows, rate, other_rows
         self.committed: list[tuple[int, float]] = []  # (value, wall time the commit returned)
         self.stop_event = threading.Event()
 
@@ -76,6 +81,8 @@ class Writer(threading.Thread):
             value = BASE + i
             cur.execute("UPDATE a SET v = %s WHERE id = %s", (value, rnd.randint(1, self.rows)))
             self.committed.append((value, time.time()))
+            if self.other_rows:  # --backfill: the re-snapshotted table changes too
+                cur.execute("UPDATE b SET v = %s WHERE id = %s", (-i, rnd.randint(1, self.other_rows)))
             i += 1
             delay = t0 + i / self.rate - time.monotonic()
             if delay > 0:
@@ -131,6 +138,7 @@ def main() -> int:
     p.add_argument("--rows", type=int, default=50_000)
     p.add_argument("--new-rows", type=int, default=1_000_000)
     p.add_argument("--rate", type=float, default=50.0)
+    p.add_argument("--backfill", action="store_true", help="re-snapshot a streamed bench.b instead of adding it")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -153,16 +161,17 @@ def main() -> int:
         store = StateStore(roots["state_root"], "add")
         sink = DeltaSink(roots["sink_root"], owner="add")
 
-        def run_plan(tables: list[str], plan_id: str) -> None:
+        def run_plan(tables: list[str], plan_id: str, resnapshot: list[str] | None = None) -> None:
             config = PipelineConfig.from_params(pipeline_id="add", tables=tables, chunk_size=100_000,
-                                                chunks_per_task=8, **roots)  # fmt: skip
+                                                chunks_per_task=8, resnapshot_tables=resnapshot or [],
+                                                **roots)  # fmt: skip
             with settings.connect() as conn:
                 outcome = plan_run(conn, store, config, plan_id, sink.exists, table_owner=sink.owner_of)
             for g in outcome.groups:
                 run_snapshot_group(spark, settings, store, plan_id, g["group_id"], DeltaSink(roots["sink_root"],
                                    owner="add"))  # fmt: skip
 
-        run_plan(["bench.a"], "p1")
+        run_plan(["bench.a", "bench.b"] if args.backfill else ["bench.a"], "p1")
         finalize_run(store, sink, "p1")
         run_id = uuid.uuid4().hex[:12]
         env = dict(os.environ, MYSQLCDC_SOURCE=json.dumps(settings.to_dict()), PYSPARK_PYTHON=sys.executable)
@@ -176,13 +185,13 @@ def main() -> int:
             assert proc.poll() is None, "the stream died at start"
             time.sleep(0.2)
 
-        writer = Writer(server, args.rows, args.rate)
+        writer = Writer(server, args.rows, args.rate, args.new_rows if args.backfill else 0)
         poller = Poller(sink.table_uri("bench.a"))
         writer.start()
         poller.start()
         time.sleep(30)  # the first batches warm the stream's Python workers up; "before" is the last 15 s
         t_plan = time.time()
-        run_plan(["bench.a", "bench.b"], "p2")
+        run_plan(["bench.a", "bench.b"], "p2", ["bench.b"] if args.backfill else None)
         t_final = time.time()
         out = finalize_run(store, sink, "p2")
         t_resumed = time.time()
@@ -199,6 +208,7 @@ def main() -> int:
             for t in ("bench.a", "bench.b"):
                 matches[t] = compare(conn, read_table_schema(conn, TableId.parse(t)), sink.read(t)).match
         result = {
+            "mode": "backfill" if args.backfill else "add_table",
             "rows_streamed_table": args.rows, "rows_added_table": args.new_rows, "write_rate": args.rate,
             "snapshot_of_new_table_s": round(t_final - t_plan, 1),
             "handover_s": round(t_resumed - t_final, 2),
@@ -206,6 +216,7 @@ def main() -> int:
             "lag_before": _lags(writer.committed, poller.seen, t_plan - 15, t_plan),
             "lag_during_snapshot": _lags(writer.committed, poller.seen, t_plan, t_final),
             "lag_around_handover": _lags(writer.committed, poller.seen, t_final, t_resumed + 10),
+            "lag_throughout": _lags(writer.committed, poller.seen, t_plan - 15, t_resumed + 10),
             "sinks_match_sources": matches,
         }
         log.info("%s", result)
