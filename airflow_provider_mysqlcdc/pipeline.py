@@ -49,6 +49,7 @@ from airflow_provider_mysqlcdc.core.manifest import (
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.plan_record import OffsetStart, PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql import server as source_server
@@ -60,8 +61,10 @@ from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tab
 from airflow_provider_mysqlcdc.plan_rules import (
     MAX_MAPPED_GROUPS,
     PipelineStateError,
+    check_metadata_columns,
     check_owners,
     check_proportions,
+    check_reserved_columns,
     chosen_repairs,
     purged_restart,
     resolved_start,
@@ -168,6 +171,7 @@ def plan_run(
     snapshot_tables = [t for t in tables if t in new or t in backfill] if config.snapshots else []
     offset_tables = [] if config.snapshots else new
     repairs = chosen_repairs(config, manifest, snapshot_tables, notes, conn)
+    check_metadata_columns(config, manifest, tables)
     unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables and t not in repairs]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
@@ -193,6 +197,7 @@ def plan_run(
                 f"{server_ids.max_groups} ids for snapshot groups; widen it for more, smaller groups"
             )
         check_proportions(plan, config)
+        check_reserved_columns(config, plan.tables)
         record = PlanRecord.from_dict(plan.to_dict())
         groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
         chunks = len(plan.splits)
@@ -219,6 +224,7 @@ def plan_run(
         cache: dict[str, Any] = {}
         for t in offset_tables:
             schema = read_table_schema(conn, TableId.parse(t))
+            check_reserved_columns(config, {t: schema})
             key = schema.chunk_key(config.chunk_key_columns.get(t))
             collations = load_collations(conn, key, cache)
             offsets[t] = OffsetStart(
@@ -319,7 +325,8 @@ def finalize_run(
         schema = o.table_schema()
         new_tables[t] = offset_table(schema, o.key_columns, o.offset)
         collations.update(o.collation_objects())
-        sink.prepare_table(t, cdc_types.arrow_schema(schema), new_tables[t].merge_key)
+        sink.prepare_table(t, lake_schema(cdc_types.arrow_schema(schema), record.metadata_columns),
+                           new_tables[t].merge_key)  # fmt: skip
 
     # changelog_tables switched on or off for tables already captured: the stream takes it at a hand-over
     logged = {t for t, e in old.tables.items() if e.changelog != record.has_changelog(t)} if old else set()
@@ -331,6 +338,7 @@ def finalize_run(
 
     for t in record.deferred_commit_tables:
         schema = record.table_schema(t)
+        lake = lake_schema(cdc_types.arrow_schema(schema), record.metadata_columns)
         files: list[StagedFile] = []
         for g in group_ids:
             report = store.read_group_report(plan_id, g)
@@ -338,17 +346,17 @@ def finalize_run(
         key = new_tables[t].merge_key if t in new_tables else list(schema.primary_key)
         if t in repaired and old is not None and t in record.row_filters:
             meta = {"plan_id": plan_id, "snapshot_filter": record.row_filters[t]}
-            swap_keyed_rows(sink, t, old.tables[t], files, cdc_types.arrow_schema(schema), meta)
+            swap_keyed_rows(sink, t, old.tables[t], files, lake, meta)
             repaired[t] = replace(repaired[t], chunks=partial_backfill_chunks(
                 repaired[t].chunks, old.tables[t].chunks, ckpt))  # fmt: skip
             continue
         if t in repaired and old is not None:
             meta = {"plan_id": plan_id, "repair_chunks": record.repair_chunks[t]}
             swap_chunk_rows(sink, t, old.tables[t], old.collations, record.repair_chunks[t], files,
-                            cdc_types.arrow_schema(schema), meta)  # fmt: skip
+                            lake, meta)  # fmt: skip
             continue
         meta = {"plan_id": plan_id, "re_snapshot": True}
-        sink.replace_with_files(t, files, cdc_types.arrow_schema(schema), meta, primary_key=key)
+        sink.replace_with_files(t, files, lake, meta, primary_key=key)
 
     manifest = old
     new_generation = None
@@ -357,6 +365,7 @@ def finalize_run(
         for t, entry in repaired.items():
             manifest = manifest.with_chunks(t, entry.chunks)
         manifest = manifest.with_changelogs({t: record.has_changelog(t) for t in manifest.tables})
+        manifest = manifest.with_metadata_columns([*new_tables, *repaired], record.metadata_columns)
         if logged:
             log.info("changelog switched %s", {t: "on" if record.has_changelog(t) else "off" for t in sorted(logged)})
         fresh = {**new_tables, **repaired}

@@ -12,6 +12,8 @@ from typing import Any
 from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.row_metadata import METADATA_COLUMNS, reserved_columns
+from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
 from airflow_provider_mysqlcdc.mysql.checks import row_filter_problem
@@ -93,6 +95,35 @@ def chosen_repairs(config: PipelineConfig, captured: Manifest | None, snapshot_t
         notes.append(f"{whole} are snapshotted whole by this run: their repair_chunks / snapshot_filters are not "
                      "needed")  # fmt: skip
     return {t: ids for t, ids in asked.items() if t not in snapshot_tables}
+
+
+def check_metadata_columns(config: PipelineConfig, captured: Manifest | None, tables: list[str]) -> None:
+    """A Delta table keeps the columns it was created with: ``metadata_columns`` cannot change for
+    a table already captured (docs/architecture.md, "Metadata columns")."""
+    if captured is None:
+        return
+    other = sorted(t for t in tables if t in captured.tables
+                   and captured.tables[t].metadata_columns != config.metadata_columns)  # fmt: skip
+    if other:
+        was = "without" if config.metadata_columns else "with"
+        raise PipelineStateError(
+            f"metadata_columns is {str(config.metadata_columns).lower()}, but {other} were captured {was} them, and "
+            f"a Delta table keeps the columns it was created with. Set metadata_columns="
+            f"{str(not config.metadata_columns).lower()} for this pipeline, or capture the tables with a new "
+            "pipeline_id into a new sink_root"
+        )
+
+
+def check_reserved_columns(config: PipelineConfig, schemas: dict[str, TableSchema]) -> None:
+    """With ``metadata_columns`` on, no source column may have a metadata column's name."""
+    if not config.metadata_columns:
+        return
+    clash = {t: found for t, s in schemas.items() if (found := reserved_columns(c.name for c in s.columns))}
+    if clash:
+        raise PipelineStateError(
+            f"metadata_columns adds the columns {list(METADATA_COLUMNS)} to the Delta tables, but {clash} already "
+            "have columns of those names: set metadata_columns=false, or leave those tables out of tables"
+        )
 
 
 def resolved_start(

@@ -173,6 +173,11 @@ with DAG(
             "binlog position, transaction) and the snapshot rows as op r; the SCD type 2 history is derived from "
             "it. A table switched on after its snapshot is logged from then on (re-snapshot it to seed it).",
         ),
+        "metadata_columns": Param(
+            False, type="boolean", title="Metadata columns",
+            description="New tables' Delta tables get _op (r snapshot, c insert, u update), _commit_ts, _binlog_file "
+            "and _binlog_pos: the event that last wrote each row. Fixed per table when it is first captured.",
+        ),
         "takeover_tables": Param(
             [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
@@ -224,6 +229,7 @@ with DAG(
         snapshot_filters="{{ params.snapshot_filters }}",
         max_rows_per_second="{{ params.max_rows_per_second }}",
         changelog_tables="{{ params.changelog_tables }}",
+        metadata_columns="{{ params.metadata_columns }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
         chunk_key_columns="{{ params.chunk_key_columns }}",

@@ -35,6 +35,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_mysqlcdc.core.row_metadata import change_metadata, lake_schema
+
 META_FIELDS = [
     pa.field("op", pa.string(), nullable=False),
     pa.field("file", pa.string(), nullable=False),
@@ -161,7 +163,7 @@ def decode_blocks(blobs: Iterable[bytes]) -> pa.Table | None:
     return data.sort_by("seq")
 
 
-def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool = False) -> tuple[pa.Table, pa.Table]:
     """Fold a table's changes (a decoded block table) into ``(upserts, delete_keys)``.
 
     The last change per key wins, an update that changes the key deletes the old key and upserts
@@ -170,8 +172,9 @@ def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa
     Vectorised: every change becomes one or two key events ``(key, seq, delete?)``; the events are
     sorted by key then ``seq`` and the last of each run of equal keys survives.
 
-    ``upserts`` has the columns of the ``after`` struct (the table's Arrow schema); ``delete_keys``
-    the primary-key columns, typed like the table's. Each key is in exactly one of them.
+    ``upserts`` has the columns of the ``after`` struct (the table's Arrow schema), and with
+    ``with_metadata`` the metadata columns of the change that won (``core/row_metadata.py``);
+    ``delete_keys`` the primary-key columns, typed like the table's. Each key is in exactly one of them.
     """
     cols = list(primary_key)
     if not cols:
@@ -180,8 +183,9 @@ def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa
     after_fields = [after_type.field(i) for i in range(after_type.num_fields)]
     key_fields = [after_type.field(c) for c in cols]
     n = data.num_rows
+    up_schema = lake_schema(pa.schema(after_fields), with_metadata)
     if n == 0:
-        return pa.schema(after_fields).empty_table(), pa.schema(key_fields).empty_table()
+        return up_schema.empty_table(), pa.schema(key_fields).empty_table()
 
     op = data.column("op").combine_chunks()
     before = data.column("before").combine_chunks()
@@ -223,8 +227,14 @@ def fold_block(data: pa.Table, primary_key: Sequence[str]) -> tuple[pa.Table, pa
     rows = final.column("__row")
     is_up = rows.is_valid()
     up_rows = pc.filter(rows, is_up)
-    upserts = pa.Table.from_struct_array(after.take(up_rows)) if len(up_rows) else pa.schema(after_fields).empty_table()
-    upserts = upserts.cast(pa.schema(after_fields))
+    if not len(up_rows):
+        upserts = up_schema.empty_table()
+    else:
+        upserts = pa.Table.from_struct_array(after.take(up_rows)).cast(pa.schema(after_fields))
+        if with_metadata:
+            meta = change_metadata(*(data.column(c).combine_chunks().take(up_rows)
+                                     for c in ("op", "commit_ts", "file", "pos")))  # fmt: skip
+            upserts = pa.Table.from_arrays([*upserts.columns, *meta], schema=up_schema)
     delete_keys = final.filter(pc.invert(is_up)).select(cols).cast(pa.schema(key_fields))
     return upserts, delete_keys
 

@@ -86,6 +86,7 @@ class PipelineConfig:
     snapshot_filters: dict[str, str] = field(default_factory=dict)
     max_rows_per_second: int | None = None  # the snapshot's read rate over all its tasks; None = unlimited
     changelog_tables: list[str] = field(default_factory=list)  # names/patterns whose changes are also logged
+    metadata_columns: bool = False  # mirror rows carry _op, _commit_ts, _binlog_file, _binlog_pos
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
@@ -182,6 +183,7 @@ class PipelineConfig:
         exact = [t for t in named if selection is not None and not selection.selects(t)]
         if exact:
             problems.append(f"changelog_tables names {exact}, which are not in tables {tables}: add them to tables")
+        metadata = _bool("metadata_columns", params.get("metadata_columns", False), problems)
         rate = _given(params, "max_rows_per_second", None)
         rate = None if rate is None or rate == 0 or rate == "0" else _int("max_rows_per_second", rate, 1, None,
                                                                         problems)  # fmt: skip
@@ -274,6 +276,7 @@ class PipelineConfig:
             snapshot_filters=filters,
             max_rows_per_second=rate,
             changelog_tables=changelog,
+            metadata_columns=metadata,
             notes=notes,
         )
 

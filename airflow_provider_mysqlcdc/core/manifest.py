@@ -69,6 +69,7 @@ class CapturedTable:
     added_columns: list[str] = field(default_factory=list)
     schema_position: BinlogOffset | None = None
     changelog: bool = False  # the stream appends its changes to the table's changelog too
+    metadata_columns: bool = False  # the mirror's rows carry _op, _commit_ts, _binlog_file, _binlog_pos
 
     @property
     def chunk_key_columns(self) -> list[str]:
@@ -101,6 +102,8 @@ class CapturedTable:
             out["schema_position"] = self.schema_position.to_dict()
         if self.changelog:
             out["changelog"] = True
+        if self.metadata_columns:
+            out["metadata_columns"] = True
         return out
 
     @classmethod
@@ -118,6 +121,7 @@ class CapturedTable:
             list(d.get("added_columns", [])),
             None if not pos else BinlogOffset.from_dict(pos),
             bool(d.get("changelog", False)),
+            bool(d.get("metadata_columns", False)),
         )
 
 
@@ -174,6 +178,13 @@ class Manifest:
         """This manifest with each named table's changelog switched on or off."""
         tables = {t: replace(e, changelog=flags.get(t, e.changelog)) for t, e in self.tables.items()}
         return Manifest(self.start_offset, tables, self.collations, self.generation)
+
+    def with_metadata_columns(self, tables: Iterable[str], on: bool) -> Manifest:
+        """This manifest with the named tables' rows carrying metadata columns (``on``) or not:
+        what their Delta tables were just (re)written with."""
+        names = set(tables)
+        out = {t: replace(e, metadata_columns=on) if t in names else e for t, e in self.tables.items()}
+        return Manifest(self.start_offset, out, self.collations, self.generation)
 
     def with_chunks(self, table: str, chunks: Iterable[FinishedChunk]) -> Manifest:
         """This manifest with some chunks of ``table`` replaced (same split ids: a repair's new HWs)."""

@@ -118,6 +118,11 @@ class PlanRecord:
         filters = self.pipeline.get("snapshot_filters") or {}
         return {t: str(c) for t, c in filters.items() if t in self.repair_chunks}
 
+    @property
+    def metadata_columns(self) -> bool:
+        """Whether the mirror tables this run writes carry the metadata columns."""
+        return bool(self.pipeline.get("metadata_columns", False))
+
     def has_changelog(self, table: str) -> bool:
         """Whether this run's config gives ``table`` a changelog (``changelog_tables``)."""
         patterns = self.pipeline.get("changelog_tables") or []

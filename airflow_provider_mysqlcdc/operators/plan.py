@@ -61,6 +61,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param changelog_tables: names or patterns of captured tables that also get a changelog table
         (every change with before/after images and binlog position, snapshot rows as op ``r``;
         docs/architecture.md, "Changelog")
+    :param metadata_columns: the mirror tables get ``_op``, ``_commit_ts``, ``_binlog_file`` and
+        ``_binlog_pos`` (the event that last wrote each row); fixed per table when first captured
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
         without a primary key need one)
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
@@ -96,6 +98,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "snapshot_filters",
         "max_rows_per_second",
         "changelog_tables",
+        "metadata_columns",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
@@ -126,6 +129,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         snapshot_filters: dict[str, str] | str | None = None,
         max_rows_per_second: int | str | None = None,
         changelog_tables: list[str] | str | None = None,
+        metadata_columns: bool | str = False,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
@@ -155,6 +159,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.snapshot_filters = snapshot_filters
         self.max_rows_per_second = max_rows_per_second
         self.changelog_tables = changelog_tables
+        self.metadata_columns = metadata_columns
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
@@ -184,6 +189,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             snapshot_filters=self.snapshot_filters,
             max_rows_per_second=self.max_rows_per_second,
             changelog_tables=self.changelog_tables,
+            metadata_columns=self.metadata_columns,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,

@@ -22,6 +22,7 @@ from deltalake import DeltaTable, Field, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties
 
+from airflow_provider_mysqlcdc.core.row_metadata import METADATA_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, DELETE_FLAG, delta_arrow_schema
 
 if TYPE_CHECKING:
@@ -205,6 +206,8 @@ def _schema_diff(
         elif f.name not in current.names:
             added.append(f.name)
     for f in current:
+        if f.name not in new.names and f.name in METADATA_COLUMNS:
+            continue  # the sink's own columns (metadata_columns), not the source's
         if f.name not in new.names:
             problems.append(
                 f"column {f.name!r} was dropped or renamed (delta-rs cannot drop a column without column mapping, "

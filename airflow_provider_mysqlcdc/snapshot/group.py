@@ -34,6 +34,7 @@ from airflow_provider_mysqlcdc.core.changelog import snapshot_to_changelog
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_bytes
 from airflow_provider_mysqlcdc.core.records import ChunkResult, GroupReport, StagedFile
+from airflow_provider_mysqlcdc.core.row_metadata import with_snapshot_metadata
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError
 from airflow_provider_mysqlcdc.core.throttle import read_slot_rate
@@ -155,7 +156,7 @@ def run_snapshot_group(
     attempt = uuid.uuid4().hex[:12]
     key = _group_key(plan_id, group_id)
     log.info("snapshot group %s: %s (attempt %s)", key, group.label(), attempt)
-    work = prepare_tables(plan, group.splits, sink, key, attempt, record.row_filters)
+    work = prepare_tables(plan, group.splits, sink, key, attempt, record.row_filters, record.metadata_columns)
     server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
     run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)
     run.changelog = {t for t in group.tables if record.has_changelog(t)}
@@ -197,6 +198,7 @@ def snapshot_group(
     changes = _replay_window(settings, low, high, run, window_bytes, opts)
     log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes", g, low, high, tables, changes)
 
+    _stamp_snapshot_rows(run, high, high_taken_at)
     versions = _commit(sink, run, low, high)
     _log_snapshot_rows(sink, run, high, high_taken_at)
     log.info("group %s: committed Delta versions %s; kept for the table swap: %s",
@@ -301,9 +303,25 @@ def _commit(sink: DeltaSink, run: GroupRun, low: BinlogOffset, high: BinlogOffse
             log.info("%s: %d staged files kept for the table swap after the last group", w.table, len(_nonempty(w)))
             continue
         versions[w.table] = sink.commit_snapshot_group(
-            w.table, run.key, _nonempty(w), w.arrow_schema, metadata, primary_key=w.pk_cols
+            w.table, run.key, _nonempty(w), w.lake_schema, metadata, primary_key=w.pk_cols
         )
     return versions
+
+
+def _stamp_snapshot_rows(run: GroupRun, high: BinlogOffset, taken_at: float) -> None:
+    """Give each staged row of a table with ``metadata_columns`` op 'r' at the group's HW: a
+    rewrite of its staged files, since the HW is known only after they were read
+    (docs/architecture.md, "Metadata columns")."""
+    for w in run.work:
+        if not w.metadata_columns:
+            continue
+        t0 = time.monotonic()
+        for sid, f in list(w.files.items()):
+            if f.rows:
+                rows = with_snapshot_metadata(w.storage.read_parquet(f.path), high, taken_at).cast(w.lake_schema)
+                w.files[sid] = StagedFile(f.path, f.rows, w.storage.write_parquet(rows, f.path), f.split_ids)
+        log.info("group %s: %s: metadata columns written for %d rows in %.1fs", run.key, w.table, w.rows,
+                 time.monotonic() - t0)  # fmt: skip
 
 
 def _log_snapshot_rows(sink: DeltaSink, run: GroupRun, high: BinlogOffset, taken_at: float) -> None:

@@ -31,6 +31,7 @@ from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk, fi
 from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn
 from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition, sql_literal
 from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.core.throttle import pause_after_read, read_slot_rate
 from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
@@ -83,6 +84,12 @@ class TableWork:
     files: dict[int, StagedFile] = field(default_factory=dict)  # split_id -> staged file
     storage: LakeStorage = LOCAL  # how to reach ``staging`` (the sink's object store)
     row_filter: str | None = None  # snapshot_filters: read only the rows this SQL condition selects
+    metadata_columns: bool = False  # the lake rows carry _op, _commit_ts, _binlog_file, _binlog_pos
+
+    @property
+    def lake_schema(self) -> pa.Schema:
+        """The Delta table's schema: the staged rows' plus the metadata columns when on."""
+        return lake_schema(self.arrow_schema, self.metadata_columns)
 
     @property
     def rows(self) -> int:
@@ -96,6 +103,7 @@ def prepare_tables(
     group_key: str,
     attempt: str,
     row_filters: dict[str, str] | None = None,
+    metadata_columns: bool = False,
 ) -> list[TableWork]:
     """The group's tables, each created in the sink if new and given its own staging location.
 
@@ -119,8 +127,9 @@ def prepare_tables(
             chunk_cols=all_splits[0].key_names,
             storage=sink.storage,
             row_filter=(row_filters or {}).get(table),
+            metadata_columns=metadata_columns,
         )
-        sink.prepare_table(table, arrow_schema, w.pk_cols)
+        sink.prepare_table(table, w.lake_schema, w.pk_cols)
         w.staging = sink.staging_location(table, group_key, attempt)
         out.append(w)
     return out

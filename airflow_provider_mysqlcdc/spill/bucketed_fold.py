@@ -63,7 +63,8 @@ class BucketedFold:
     orders them by ``seq``.
     """
 
-    def __init__(self, primary_key: Sequence[str], buckets: int, workdir: str | None = None):
+    def __init__(self, primary_key: Sequence[str], buckets: int, workdir: str | None = None,
+                 with_metadata: bool = False):  # fmt: skip
         if not primary_key:
             raise ValueError("a fold needs the primary key columns")
         if buckets > 1 and not workdir:
@@ -71,6 +72,7 @@ class BucketedFold:
         self.primary_key = list(primary_key)
         self.bucket_count = max(1, int(buckets))
         self.workdir = workdir
+        self.with_metadata = with_metadata  # upserts carry the winning change's metadata columns
         self.changes = 0
         self._memory: list[pa.RecordBatch] = []
         self._writers: dict[int, pa.ipc.RecordBatchFileWriter] = {}
@@ -129,7 +131,7 @@ class BucketedFold:
             if self._memory:
                 data = pa.Table.from_batches(self._memory).sort_by("seq")
                 self._memory = []
-                up, dels = fold_block(data, self.primary_key)
+                up, dels = fold_block(data, self.primary_key, self.with_metadata)
                 yield FoldedBucket(0, up, dels)
             return
         self._close_writers()
@@ -138,7 +140,7 @@ class BucketedFold:
             with pa.memory_map(path) as src:
                 data = pa.ipc.open_file(src).read_all()
             data = data.sort_by("seq")
-            up, dels = fold_block(data, self.primary_key)
+            up, dels = fold_block(data, self.primary_key, self.with_metadata)
             del data
             os.remove(path)
             up = up.filter(pa.array(key_buckets([up.column(c) for c in self.primary_key], self.bucket_count) == k))

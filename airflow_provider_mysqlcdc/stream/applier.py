@@ -29,6 +29,7 @@ from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_bloc
 from airflow_provider_mysqlcdc.core.changelog import changes_to_changelog
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
@@ -71,6 +72,8 @@ class BatchApplier:
         self.staging = staging
         self.schemas = manifest.schemas()
         self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
+        self.metadata = {t for t, e in manifest.tables.items() if e.metadata_columns}  # core/row_metadata.py
+        self.lake = {t: lake_schema(a, t in self.metadata) for t, a in self.arrow.items()}
         self.pks = {t: list(e.merge_key) for t, e in manifest.tables.items()}
         self.schema_positions = {t: e.schema_position for t, e in manifest.tables.items() if e.schema_position}
         self.app_id = manifest.app_id(store.pipeline_id)
@@ -170,8 +173,8 @@ class BatchApplier:
             if self.manifest.tables[t].changelog:
                 append_changes(self.sink, t, self.arrow[t], [changes_to_changelog(block, self.arrow[t])], self.app_id,
                                batch_id)  # fmt: skip
-            upserts, delete_keys = fold_block(block, self.pks[t])
-            self.sink.apply_changes(t, upserts.cast(self.arrow[t]), delete_keys, self.pks[t], self.app_id, batch_id)
+            upserts, delete_keys = fold_block(block, self.pks[t], t in self.metadata)
+            self.sink.apply_changes(t, upserts.cast(self.lake[t]), delete_keys, self.pks[t], self.app_id, batch_id)
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
         large_batch = None
         if progress is not None and progress.announced:
@@ -221,7 +224,7 @@ class BatchApplier:
         if self.options.scratch_dir:
             os.makedirs(self.options.scratch_dir, exist_ok=True)
         workdir = tempfile.mkdtemp(prefix=prefix, dir=self.options.scratch_dir)
-        fold = BucketedFold(pk, buckets, os.path.join(workdir, "fold"))
+        fold = BucketedFold(pk, buckets, os.path.join(workdir, "fold"), with_metadata=table in self.metadata)
         throttle = _Throttle(5.0)
 
         def report(phase: str, details: dict[str, Any]) -> None:

@@ -45,6 +45,7 @@ from airflow_provider_mysqlcdc.sinks.delta_changelog import changelog_uri, read_
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import request_stop, wait_until_applied
+from airflow_provider_mysqlcdc.verify import verify_pipeline
 from tests.support.mariadb import MariaDBServer
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.stream_thread import StreamThread
@@ -120,7 +121,8 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
     sink = DeltaSink(str(tmp_path / "lake"), owner="clog")
     config = PipelineConfig.from_params(pipeline_id="clog", sink_root=str(tmp_path / "lake"),
                                         state_root=str(tmp_path / "state"), tables=[f"{db}.*"], chunk_size=300,
-                                        chunks_per_task=4, changelog_tables=[f"{db}.t_*"])  # fmt: skip
+                                        chunks_per_task=4, changelog_tables=[f"{db}.t_*"],
+                                        metadata_columns=True)  # fmt: skip
     writer = RandomWriter(mariadb, db, rate=120, seed=21, rows=ROWS)
     writer.start()
     proc = None
@@ -216,5 +218,20 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
             current = hist.filter(hist.column("is_current")).select([c.name for c in schema.columns])
             cmp = compare(conn, schema, current)
             assert cmp.match, f"{t} SCD2 current rows: {cmp.first_difference}"
-            cmp = compare(conn, schema, sink.read(t))
+            mirror = sink.read(t)
+            cmp = compare(conn, schema, mirror)
             assert cmp.match, f"{t} mirror: {cmp.first_difference}"
+
+            # the mirror's metadata columns: the event that last wrote each row, as its changelog says
+            # (the changelog's changes were checked against the binlog above, its snapshot rows against the HWs)
+            key = manifest.tables[t].merge_key
+            meta = ["_op", "_binlog_file", "_binlog_pos"]
+            lake_meta = sorted(tuple(r.values()) for r in mirror.select([*key, *meta, "_commit_ts"]).to_pylist())
+            scd_meta = sorted(tuple(r.values()) for r in hist.filter(hist.column("is_current"))
+                              .select([*key, *meta, "valid_from"]).to_pylist())  # fmt: skip
+            assert lake_meta == scd_meta, next((a, b) for a, b in zip(lake_meta, scd_meta, strict=False) if a != b)
+            ops = set(mirror.column("_op").to_pylist())
+            assert ops <= {"r", "c", "u"} and {"r", "u"} <= ops, ops
+    # verify compares the source columns only: the metadata columns do not make it fail
+    report = verify_pipeline(cdc_settings, store, sink, wait_timeout=120)
+    assert report.ok, report.to_dict()

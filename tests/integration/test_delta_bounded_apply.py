@@ -18,7 +18,9 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema, fold_block
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.row_metadata import lake_schema, with_snapshot_metadata
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import BucketedFold
@@ -70,19 +72,19 @@ def _batch(rng: random.Random, schema: pa.Schema, pk: list[str], n_rows: int, co
         k = rng.randrange(0, n_rows * 2)
         row = {**_key(k, composite), "v": seq, "s": f"s{seq}" * rng.randrange(0, 4)}
         if k not in live:
-            b.add("c", "f", 4, 1, seq, 0, seq, 0, None, row)
+            b.add("c", "f.000001", 4 + seq, 1, seq, 0, seq, seq, None, row)
             live.add(k)
         elif r < 0.5:
-            b.add("u", "f", 4, 1, seq, 0, seq, 0, _key(k, composite), row)
+            b.add("u", "f.000001", 4 + seq, 1, seq, 0, seq, seq, _key(k, composite), row)
         elif r < 0.7:  # key move
             k2 = rng.randrange(n_rows * 2, n_rows * 3)
             if k2 in live:
                 continue
-            b.add("u", "f", 4, 1, seq, 0, seq, 0, _key(k, composite), {**row, **_key(k2, composite)})
+            b.add("u", "f.000001", 4 + seq, 1, seq, 0, seq, seq, _key(k, composite), {**row, **_key(k2, composite)})
             live.discard(k)
             live.add(k2)
         else:
-            b.add("d", "f", 4, 1, seq, 0, seq, 0, _key(k, composite), None)
+            b.add("d", "f.000001", 4 + seq, 1, seq, 0, seq, seq, _key(k, composite), None)
             live.discard(k)
         if len(b) >= 700:
             out.append(b.build())
@@ -128,6 +130,38 @@ def test_bounded_apply_equals_merge(tmp_path, composite: bool, buckets: int, mem
                                  workdir=str(tmp_path / "scratch" / "again"), memory_bytes=memory)  # fmt: skip
     assert not again.applied
     assert _read(bounded_sink, "d.t", pk) == _read(merge_sink, "d.t", pk)
+
+
+def test_bounded_apply_with_metadata_columns_equals_merge(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """metadata_columns: both apply paths write the metadata of the change that won each key."""
+    rng = random.Random(7)
+    schema, pk = _schema(False)
+    lake = lake_schema(schema, True)
+    n = 2000
+    seed = with_snapshot_metadata(pa.Table.from_pylist([{"id": i, "v": -i, "s": "seed"} for i in range(n)],
+                                                       schema=schema), BinlogOffset("f.000001", 2), 1000.0)  # fmt: skip
+    merge_sink, bounded_sink = DeltaSink(str(tmp_path / "merge")), DeltaSink(str(tmp_path / "bounded"))
+    for s in (merge_sink, bounded_sink):
+        _snapshot(s, "d.t", lake, pk, seed.to_pylist(), files=4, tmp=tmp_path)
+    for version in range(2):
+        data = _batch(rng, schema, pk, n, False, changes=1500)
+        up, dels = fold_block(data.sort_by("seq"), pk, with_metadata=True)
+        merge_sink.apply_changes("d.t", up, dels, pk, APP, version)
+        fold = BucketedFold(pk, 4, str(tmp_path / "scratch" / f"fold-{version}"), with_metadata=True)
+        fold.add(data)
+        apply_folded_changes(bounded_sink, "d.t", fold.buckets(), pk, APP, version,
+                             workdir=str(tmp_path / "scratch" / f"keys-{version}"), memory_bytes=8192)  # fmt: skip
+        fold.close()
+        assert _read(bounded_sink, "d.t", pk) == _read(merge_sink, "d.t", pk)
+    rows = _read(merge_sink, "d.t", pk)
+    # each change wrote v = its seq at position 4 + seq, time seq: the row shows the last one
+    for r in rows:
+        if r["_op"] == "r":
+            assert (r["v"], r["_binlog_pos"]) == (-r["id"], 2), r
+        else:
+            assert r["_op"] in ("c", "u") and r["_binlog_pos"] == 4 + r["v"], r
+            assert r["_commit_ts"].timestamp() == r["v"] and r["_binlog_file"] == "f.000001", r
+    assert {r["_op"] for r in rows} == {"r", "c", "u"}
 
 
 def test_bounded_apply_prunes_files_by_key_statistics(tmp_path) -> None:  # type: ignore[no-untyped-def]
