@@ -1,16 +1,19 @@
-"""Changelog tables on a REAL pipeline: every change exactly once, through a kill -9 of the stream.
+"""Changelog tables and metadata columns on a REAL pipeline: every change exactly once, through a kill -9.
 
 Three tables (BIGINT key with key moves, composite key, case-insensitive VARCHAR key) are planned
-with ``changelog_tables``, snapshotted while a random writer runs, and streamed by the stream's
-``spark-submit`` job, which is killed (-9) after a few batches and restarted from its checkpoint;
-then a batch whose Delta commits were made is made to run again (its checkpoint commit marker
-removed, as a crash between the two would leave it). Then, per table:
+with ``changelog_tables`` and ``metadata_columns``, snapshotted (by each reader) while a random
+writer runs, and streamed by the stream's ``spark-submit`` job, which is killed (-9) after a few
+batches and restarted from its checkpoint; then a batch whose Delta commits were made is made to
+run again (its checkpoint commit marker removed, as a crash between the two would leave it).
+Then, per table:
 
 * the changelog's changes (ops c/u/d) equal, in binlog order and exactly once, an independent read
   of the same binlog range (python-mysql-replication's own decoding, not the stream's) passed
-  through the handoff rule — so the metadata columns equal the binlog positions;
+  through the handoff rule — so its metadata columns equal the binlog positions;
 * the snapshot rows (op r) sit at their group's high watermark;
-* the SCD type 2 view's current rows equal the source row for row, and so does the mirror.
+* the SCD type 2 view's current rows equal the source row for row, and so does the mirror;
+* every mirror row's metadata columns are those of its current version in the changelog, and
+  ``verify`` passes (it compares the source's columns only).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import changelog_uri, read_changelog, read_scd2
-from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
+from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import request_stop, wait_until_applied
 from airflow_provider_mysqlcdc.verify import verify_pipeline
@@ -113,8 +116,9 @@ def _launch_stream(settings: Any, tmp_path: Path) -> subprocess.Popen[bytes]:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("reader", ["native", "jdbc"])
 def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ignore[no-untyped-def]
-    mariadb: MariaDBServer, db: str, cdc_settings, spark, tmp_path: Path
+    mariadb: MariaDBServer, db: str, cdc_settings, spark, tmp_path: Path, reader: str
 ) -> None:
     tables = make_tables(mariadb, db, rows=ROWS)
     store = StateStore(str(tmp_path / "state"), "clog")
@@ -131,7 +135,8 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
             outcome = plan_run(conn, store, config, "p1", sink.exists, table_owner=sink.owner_of)
         highs = {}
         for g in outcome.groups:
-            res = run_snapshot_group(spark, cdc_settings, store, "p1", g["group_id"], sink)
+            opts = SnapshotOptions(reader=reader)
+            res = run_snapshot_group(spark, cdc_settings, store, "p1", g["group_id"], sink, opts)
             highs[g["group_id"]] = res.high_watermark
         finalize_run(store, sink, "p1")
         manifest = store.read_manifest()
