@@ -229,3 +229,27 @@ def test_a_partial_backfill_s_chunks_resume_where_the_lake_s_other_rows_stand() 
         300, 300]  # fmt: skip
     # no batch ran yet: each chunk's other rows are as of its old HW
     assert [c.high_watermark.pos for c in partial_backfill_chunks(fresh, old, None)] == [100, 40]
+
+
+def test_finalize_records_the_changelog_and_metadata_options_in_the_manifest(tmp_path: Path) -> None:
+    """metadata_columns shapes a new table's Delta table; changelog_tables may be switched on later."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_mysqlcdc.pipeline import finalize_run
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+
+    store, sink = StateStore(str(tmp_path / "state"), "p"), DeltaSink(str(tmp_path / "lake"))
+    offset_start = {"offset": {"file": "b.000001", "pos": 4}, "schema": _schema().to_dict(),
+                    "key_columns": [{"name": "id", "kind": "int", "collation": None}], "collations": {}}  # fmt: skip
+    store.write_plan("p1", {"tables": {}, "groups": [], "collations": {}, "offset_tables": {"shop.t": offset_start},
+                            "pipeline": {"metadata_columns": True}})  # fmt: skip
+    finalize_run(store, sink, "p1")
+    entry = store.read_manifest().tables["shop.t"]
+    assert entry.metadata_columns and not entry.changelog
+    names = [f.name for f in DeltaTable(sink.table_uri("shop.t")).schema().fields]
+    assert names == ["id", "v", "_op", "_commit_ts", "_binlog_file", "_binlog_pos"]
+    store.write_plan("p2", {"tables": {}, "groups": [], "collations": {},
+                            "pipeline": {"metadata_columns": True, "changelog_tables": ["shop.*"]}})  # fmt: skip
+    finalize_run(store, sink, "p2")
+    entry = store.read_manifest().tables["shop.t"]
+    assert entry.changelog and entry.metadata_columns
