@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_mysqlcdc.core.changelog import order_key
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_changelog import read_changelog
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
@@ -42,6 +44,7 @@ def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: An
     table = f"{db}.t"
     store, sink = StateStore(str(tmp_path / "state"), "ddl"), DeltaSink(str(tmp_path / "lake"))
     snapshot_tables(spark, cdc_settings, store, sink, [table], 500, 4)
+    store.write_manifest(store.read_manifest().with_changelogs({table: True}))  # the changelog follows DDL too
     th = StreamThread(spark, cdc_settings, store, sink, run_id="schema-test-1").start_running()
     yield mariadb, db, table, store, sink, th
     th.stop_event.set()
@@ -84,6 +87,13 @@ def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_setti
     _applied(cdc_settings, store, th)
     _equal(cdc_settings, sink, table)
     assert stream_state(store)["running"]
+    # the changelog's images took the new column and the wider type; every change is in it once
+    log = order_key(read_changelog(sink, table))
+    after = log.schema.field("after").type
+    assert str(after.field("v").type) == "int64" and after.get_field_index("extra") >= 0
+    rows = log.to_pylist()
+    assert [r["_op"] for r in rows].count("d") == 11 and len(rows) == 50 + 2 + 21 + 11 + 21 + 1 + 10
+    assert rows[-1]["after"]["extra"] == "later" and rows[-1]["after"]["v"] == 2 * rows[-1]["before"]["v"]
 
 
 def test_truncate_stops_the_stream_and_a_resnapshot_recovers(
