@@ -61,6 +61,7 @@ from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tab
 from airflow_provider_mysqlcdc.plan_rules import (
     MAX_MAPPED_GROUPS,
     PipelineStateError,
+    check_changelog_location,
     check_metadata_columns,
     check_owners,
     check_proportions,
@@ -172,6 +173,7 @@ def plan_run(
     offset_tables = [] if config.snapshots else new
     repairs = chosen_repairs(config, manifest, snapshot_tables, notes, conn)
     check_metadata_columns(config, manifest, tables)
+    check_changelog_location(config, tables)
     unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables and t not in repairs]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the

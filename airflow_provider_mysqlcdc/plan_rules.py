@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_
 from airflow_provider_mysqlcdc.mysql.checks import row_filter_problem
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
+from airflow_provider_mysqlcdc.sinks.delta_changelog import CHANGELOG_DIR
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import checkpoint_offset
 
@@ -111,6 +112,18 @@ def check_metadata_columns(config: PipelineConfig, captured: Manifest | None, ta
             f"a Delta table keeps the columns it was created with. Set metadata_columns="
             f"{str(not config.metadata_columns).lower()} for this pipeline, or capture the tables with a new "
             "pipeline_id into a new sink_root"
+        )
+
+
+def check_changelog_location(config: PipelineConfig, tables: list[str]) -> None:
+    """Changelog tables live under ``<sink_root>/_changelog/``, where a source database of that
+    name would put its mirror tables too."""
+    clash = [t for t in tables if t.split(".", 1)[0] == CHANGELOG_DIR]
+    if config.changelog_tables and clash:
+        raise PipelineStateError(
+            f"{clash} are in a database named {CHANGELOG_DIR}, whose Delta tables would sit among the changelog "
+            f"tables at <sink_root>/{CHANGELOG_DIR}/: capture that database with a pipeline of its own (another "
+            "sink_root) without changelog_tables"
         )
 
 

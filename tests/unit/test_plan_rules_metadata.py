@@ -1,4 +1,4 @@
-"""The plan's rules for ``metadata_columns`` on plain data (plan_rules.py)."""
+"""The plan's rules for ``metadata_columns`` and ``changelog_tables`` on plain data (plan_rules.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ import pytest
 
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
-from airflow_provider_mysqlcdc.plan_rules import PipelineStateError, check_metadata_columns, check_reserved_columns
+from airflow_provider_mysqlcdc.plan_rules import (
+    PipelineStateError,
+    check_changelog_location,
+    check_metadata_columns,
+    check_reserved_columns,
+)
 
 BASE = {"pipeline_id": "shop", "sink_root": "/lake", "state_root": "/state", "tables": ["shop.*"]}
 
@@ -34,3 +39,11 @@ def test_a_source_column_may_not_take_a_metadata_column_s_name() -> None:
     check_reserved_columns(PipelineConfig.from_params(**BASE), {"shop.a": schema})  # off: no clash possible
     with pytest.raises(PipelineStateError, match=r"'shop.a': \['_OP'\]"):
         check_reserved_columns(PipelineConfig.from_params(**BASE, metadata_columns=True), {"shop.a": schema})
+
+
+def test_a_database_named_like_the_changelog_directory_is_refused_with_changelogs_on() -> None:
+    tables = ["shop.a", "_changelog.t"]
+    check_changelog_location(PipelineConfig.from_params(**{**BASE, "tables": ["*.*"]}), tables)
+    with pytest.raises(PipelineStateError, match=r"\['_changelog.t'\] are in a database named _changelog"):
+        config = PipelineConfig.from_params(**{**BASE, "tables": ["*.*"], "changelog_tables": ["shop.*"]})
+        check_changelog_location(config, tables)
