@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="change-block bytes per micro-batch sent to the driver; the rest is staged (default 32 MiB)")
     p.add_argument("--apply-memory-mb", type=int, default=512,
                    help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
+    p.add_argument("--apply-threads", type=int, default=4,
+                   help="tables of one micro-batch applied at once (default 4; 1 = one after the other)")
     p.add_argument("--scratch-dir", default=None, help="local scratch space of the driver (default: system temp)")
     p.add_argument("--maintenance-interval", type=float, default=600.0,
                    help="seconds between table maintenance rounds (compaction, checkpoint, vacuum); 0 = never")
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 readers=args.readers,
                 max_inline_bytes=args.max_inline_bytes,
                 apply_memory_mb=args.apply_memory_mb,
+                apply_threads=args.apply_threads,
                 scratch_dir=args.scratch_dir,
                 source_env=args.source_env,
                 storage_env=STORAGE_ENV if storage.options else None,

@@ -50,6 +50,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
     :param readers: binlog decoders reading in parallel; default and maximum: the plan's
         ``stream_readers``, the stream's share of the connection's ``server_id_range``
     :param max_bytes_per_trigger: binlog bytes one micro-batch may take
+    :param apply_threads: tables of one micro-batch applied at once (default 4; 1 = one by one)
     :param start_timeout: seconds a detached stream has to report running
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
     :param kwargs: the CDC arguments of :class:`MySqlCdcSparkSubmitOperator` and every argument of
@@ -68,6 +69,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         readers: int | None = None,
         max_bytes_per_trigger: int | None = None,
         apply_memory_mb: int | None = None,
+        apply_threads: int | None = None,
         maintenance_interval_seconds: float | None = None,
         vacuum_retention_hours: float | None = None,
         start_timeout: float = 300.0,
@@ -82,6 +84,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.readers = readers
         self.max_bytes_per_trigger = max_bytes_per_trigger
         self.apply_memory_mb = apply_memory_mb
+        self.apply_threads = apply_threads
         self.maintenance_interval_seconds = maintenance_interval_seconds
         self.vacuum_retention_hours = vacuum_retention_hours
         self.start_timeout = start_timeout
@@ -103,6 +106,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
             args += ["--max-bytes-per-trigger", str(int(self.max_bytes_per_trigger))]
         if self.apply_memory_mb:
             args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
+        if self.apply_threads:
+            args += ["--apply-threads", str(int(self.apply_threads))]
         if self.maintenance_interval_seconds is not None:
             args += ["--maintenance-interval", str(float(self.maintenance_interval_seconds))]
         if self.vacuum_retention_hours is not None:

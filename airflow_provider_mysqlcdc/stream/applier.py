@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -52,7 +53,9 @@ class BatchApplier:
     A table's changes of one batch are applied in memory (fold + one delta-rs MERGE) when they are
     small, and in bounded memory (bucketed fold + copy-on-write rewrite, one commit) when a task
     staged them or they would need more than ``apply_memory_mb`` to fold: a transaction of any size
-    applies without the driver holding it.
+    applies without the driver holding it. The in-memory tables of a batch are applied by up to
+    ``apply_threads`` threads at once when their folds fit ``apply_memory_mb`` together: tables are
+    independent (own commit, own batch id record), and delta-rs releases the GIL while it writes.
     """
 
     def __init__(
@@ -162,19 +165,24 @@ class BatchApplier:
             progress.phase("applying", rows_decoded=sum(counts.values()))
         memory = self.options.apply_memory_mb << 20
         bounded: dict[str, dict[str, Any]] = {}
+        in_memory: list[str] = []
+        needed = 0
         for t in sorted(set(blobs) | set(staged)):
             nbytes = sum(len(b) for b in blobs[t]) + sum(int(f["bytes"]) for f in staged[t])
             if staged[t] or nbytes * FOLD_MEMORY_FACTOR > memory:
                 bounded[t] = self._apply_bounded(t, blobs[t], staged[t], nbytes, batch_id, progress)
-                continue
-            block = decode_blocks(blobs[t])
-            if block is None:
-                continue
-            if self.manifest.tables[t].changelog:
-                append_changes(self.sink, t, self.arrow[t], [changes_to_changelog(block, self.arrow[t])], self.app_id,
-                               batch_id)  # fmt: skip
-            upserts, delete_keys = fold_block(block, self.pks[t], t in self.metadata)
-            self.sink.apply_changes(t, upserts.cast(self.lake[t]), delete_keys, self.pks[t], self.app_id, batch_id)
+            else:
+                in_memory.append(t)
+                needed += nbytes * FOLD_MEMORY_FACTOR
+        # several tables at once only while their folds fit the memory one table may use
+        threads = min(self.options.apply_threads, len(in_memory)) if needed <= memory else 1
+        if threads > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix=f"apply-b{batch_id}") as pool:
+                for _ in pool.map(lambda t: self._apply_in_memory(t, blobs[t], batch_id), in_memory):
+                    pass  # map re-raises the first table's failure
+        else:
+            for t in in_memory:
+                self._apply_in_memory(t, blobs[t], batch_id)
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
         large_batch = None
         if progress is not None and progress.announced:
@@ -204,6 +212,18 @@ class BatchApplier:
         log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status.rows, dict(counts), lag_text, status.seconds)
         self.batches += 1
         return dict(counts)
+
+    def _apply_in_memory(self, table: str, blobs: list[bytes], batch_id: int) -> None:
+        """One table's changes of a batch: changelog append, fold, one MERGE (each once per batch id)."""
+        block = decode_blocks(blobs)
+        if block is None:
+            return
+        if self.manifest.tables[table].changelog:
+            append_changes(self.sink, table, self.arrow[table], [changes_to_changelog(block, self.arrow[table])],
+                           self.app_id, batch_id)  # fmt: skip
+        upserts, delete_keys = fold_block(block, self.pks[table], table in self.metadata)
+        self.sink.apply_changes(table, upserts.cast(self.lake[table]), delete_keys, self.pks[table], self.app_id,
+                                batch_id)  # fmt: skip
 
     def _apply_bounded(
         self,

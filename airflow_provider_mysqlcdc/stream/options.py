@@ -26,6 +26,11 @@ class StreamOptions:
     # and applied by a bounded copy-on-write rewrite in one commit (sinks/delta_rewrite.py).
     apply_memory_mb: int = 512
     scratch_dir: str | None = None  # local scratch space of the driver; None = the system temp dir
+    # Tables of one micro-batch applied at once (each table's changes by one thread, in order; each
+    # table's commit carries the batch id as before). delta-rs releases the GIL while it writes, so a
+    # batch touching many tables overlaps their commits. Only when the in-memory tables' folds fit
+    # apply_memory_mb together; otherwise they go one by one.
+    apply_threads: int = 4
     # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
     # Environment variables holding the source connection and the lake's storage options. A job
@@ -38,6 +43,8 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if self.apply_memory_mb < 16:
             raise ValueError(f"apply_memory_mb must be at least 16, got {self.apply_memory_mb}")
+        if self.apply_threads < 1:
+            raise ValueError(f"apply_threads must be at least 1, got {self.apply_threads}")
 
     def source_options(self) -> dict[str, str]:
         out: dict[str, str] = {}
