@@ -207,7 +207,7 @@ def _state_store(args: argparse.Namespace) -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.pipeline import pipeline_status
+    from airflow_provider_mysqlcdc.stream.control import pipeline_status
 
     store = _state_store(args)
     server_offset, problem = None, None

@@ -18,14 +18,12 @@ Ends with one JSON line on stdout; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -35,14 +33,11 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema, encode_block
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
-from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
-from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
-from tests.support.mariadb import MariaDBServer
+from tests.support.bench_env import bench_environment, print_result, snapshot_pipeline
 
 log = logging.getLogger("bench.apply_tables")
 ARROW = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.int32()), pa.field("s", pa.string())])
@@ -102,11 +97,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
     settings_threads = [int(x) for x in args.threads.split(",")]
-    work = tempfile.mkdtemp(prefix="mysqlcdc-bench-apply-")
-    server = MariaDBServer()
-    server.start()
-    spark = None
-    try:
+    with bench_environment("mysqlcdc-bench-apply-tables") as (server, spark, work):
         server.execute("CREATE DATABASE many")
         tables = [f"many.t{n:03d}" for n in range(args.tables)]
         for t in tables:
@@ -114,18 +105,11 @@ def main() -> int:
             server.execute(f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, v INT, s VARCHAR(40))",
                            f"INSERT INTO {name} SELECT seq, seq, 'seed' FROM seq_1_to_{args.rows}",
                            database="many")  # fmt: skip
-        spark = build_spark_session("mysqlcdc-bench-apply-tables", master="local[2]")
         base = f"{work}/base"
-        settings = server.cdc_settings()
         config = PipelineConfig.from_params(pipeline_id="many", sink_root=f"{base}/lake", state_root=f"{base}/state",
                                             tables=["many.*"], chunk_size=10_000)  # fmt: skip
-        store, sink = StateStore(config.state_root, "many"), DeltaSink(config.sink_root, owner="many")
         t0 = time.monotonic()
-        with settings.connect() as conn:
-            outcome = plan_run(conn, store, config, "p1", sink.exists, table_owner=sink.owner_of)
-        for g in outcome.groups:
-            run_snapshot_group(spark, settings, store, "p1", g["group_id"], sink)
-        finalize_run(store, sink, "p1")
+        snapshot_pipeline(spark, server.cdc_settings(), config)
         log.info("snapshotted %d tables in %.1fs", len(tables), time.monotonic() - t0)
         batches, last = _batches(tables, args.rows, args.updates, args.batches)
         _run(base, f"{work}/warm-up", settings_threads[-1], batches[:2], {})  # delta-rs, Arrow kernels
@@ -135,23 +119,17 @@ def main() -> int:
                 per_batch[n].append(_run(base, f"{work}/r{r}-t{n}", n, batches, last))
                 log.info("round %d apply_threads=%d: %.3fs per batch of %d tables", r, n, per_batch[n][-1],
                          len(tables))  # fmt: skip
-        ref = settings_threads[0]
-        out: dict[str, Any] = {"tables": args.tables, "updates_per_table": args.updates, "batches": args.batches,
-                               "rounds": args.rounds}  # fmt: skip
-        for n in settings_threads:
-            out[f"threads_{n}_s_per_batch_median"] = round(statistics.median(per_batch[n]), 3)
-            out[f"threads_{n}_s_per_batch_all"] = [round(x, 3) for x in per_batch[n]]
-            out[f"threads_{n}_speedup_vs_{ref}"] = round(statistics.median(
-                [a / b for a, b in zip(per_batch[ref], per_batch[n], strict=True)]), 3)  # fmt: skip
-        out["tables_equal_last_batch"] = True
-        out["load_average_1m"] = round(os.getloadavg()[0], 2)
-        print(json.dumps(out))
-        return 0
-    finally:
-        if spark is not None:
-            spark.stop()
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
+    ref = settings_threads[0]
+    out: dict[str, Any] = {"tables": args.tables, "updates_per_table": args.updates, "batches": args.batches,
+                           "rounds": args.rounds}  # fmt: skip
+    for n in settings_threads:
+        out[f"threads_{n}_s_per_batch_median"] = round(statistics.median(per_batch[n]), 3)
+        out[f"threads_{n}_s_per_batch_all"] = [round(x, 3) for x in per_batch[n]]
+        out[f"threads_{n}_speedup_vs_{ref}"] = round(statistics.median(
+            [a / b for a, b in zip(per_batch[ref], per_batch[n], strict=True)]), 3)  # fmt: skip
+    out["tables_equal_last_batch"] = True
+    print_result(out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -21,14 +21,12 @@ fails. A discarded warm-up run comes first. Ends with one JSON line on stdout; p
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -43,13 +41,9 @@ from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_sche
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
-from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
-from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
-from airflow_provider_mysqlcdc.spark_session import build_spark_session
-from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
 from tests.support.bench_data import load_orders
+from tests.support.bench_env import bench_environment, print_result, snapshot_pipeline
 from tests.support.mariadb import MariaDBServer
 from tests.support.verify import compare
 
@@ -92,13 +86,8 @@ def _run(spark: Any, server: MariaDBServer, root: str, variant: str, args: argpa
     config = PipelineConfig.from_params(pipeline_id="hist", sink_root=f"{root}/lake", state_root=f"{root}/state",
                                         tables=[TABLE], chunk_size=args.chunk_size, chunks_per_task=10_000,
                                         max_parallel_groups=1, **VARIANTS[variant])  # fmt: skip
-    store, sink = StateStore(config.state_root, "hist"), DeltaSink(config.sink_root, owner="hist")
     t0 = time.monotonic()
-    with settings.connect() as conn:
-        outcome = plan_run(conn, store, config, "p1", sink.exists, table_owner=sink.owner_of)
-    for g in outcome.groups:
-        run_snapshot_group(spark, settings, store, "p1", g["group_id"], sink, SnapshotOptions(reader="native"))
-    finalize_run(store, sink, "p1")
+    store, sink = snapshot_pipeline(spark, settings, config, reader="native")
     snapshot_s = time.monotonic() - t0
     with settings.connect() as conn:
         cmp = compare(conn, read_table_schema(conn, TableId.parse(TABLE)), sink.read(TABLE))
@@ -124,16 +113,11 @@ def main() -> int:
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    work = tempfile.mkdtemp(prefix="mysqlcdc-bench-history-")
-    server = MariaDBServer()
-    server.start()
-    spark = None
-    try:
+    with bench_environment("mysqlcdc-bench-history") as (server, spark, work):
         load_orders(server, args.rows)
         with server.cdc_settings().connect() as conn:
             arrow = cdc_types.arrow_schema(read_table_schema(conn, TableId.parse(TABLE)))
         batches = _batches(arrow, args.rows, args.batches, args.batch_rows, seed=3)
-        spark = build_spark_session("mysqlcdc-bench-history", master="local[2]")
         snap: dict[str, list[float]] = {v: [] for v in VARIANTS}
         apply: dict[str, list[float]] = {v: [] for v in VARIANTS}
         _run(spark, server, f"{work}/warm-up", "both", args, batches[:2])  # JVM, Python workers, delta-rs
@@ -143,23 +127,17 @@ def main() -> int:
                 snap[v].append(s)
                 apply[v].append(a)
                 log.info("round %d %s: snapshot %.2fs, %.3fs per batch of %d updates", r, v, s, a, args.batch_rows)
-        out: dict[str, Any] = {"rows": args.rows, "rounds": args.rounds, "batch_rows": args.batch_rows}
-        for v in VARIANTS:
-            out[f"{v}_snapshot_s_median"] = round(statistics.median(snap[v]), 2)
-            out[f"{v}_apply_s_per_batch_median"] = round(statistics.median(apply[v]), 3)
-            out[f"{v}_snapshot_ratio_vs_plain"] = round(statistics.median(
-                [s / p for s, p in zip(snap[v], snap["plain"], strict=True)]), 3)  # fmt: skip
-            out[f"{v}_apply_ratio_vs_plain"] = round(statistics.median(
-                [a / p for a, p in zip(apply[v], apply["plain"], strict=True)]), 3)  # fmt: skip
-        out["tables_equal"] = True
-        out["load_average_1m"] = round(os.getloadavg()[0], 2)
-        print(json.dumps(out))
-        return 0
-    finally:
-        if spark is not None:
-            spark.stop()
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
+    out: dict[str, Any] = {"rows": args.rows, "rounds": args.rounds, "batch_rows": args.batch_rows}
+    for v in VARIANTS:
+        out[f"{v}_snapshot_s_median"] = round(statistics.median(snap[v]), 2)
+        out[f"{v}_apply_s_per_batch_median"] = round(statistics.median(apply[v]), 3)
+        out[f"{v}_snapshot_ratio_vs_plain"] = round(statistics.median(
+            [s / p for s, p in zip(snap[v], snap["plain"], strict=True)]), 3)  # fmt: skip
+        out[f"{v}_apply_ratio_vs_plain"] = round(statistics.median(
+            [a / p for a, p in zip(apply[v], apply["plain"], strict=True)]), 3)  # fmt: skip
+    out["tables_equal"] = True
+    print_result(out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -17,13 +17,11 @@ Ends with one JSON line on stdout; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -35,9 +33,9 @@ from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.pipeline import plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
-from airflow_provider_mysqlcdc.spark_session import build_spark_session
 from airflow_provider_mysqlcdc.state import StateStore
 from tests.support.bench_data import load_orders
+from tests.support.bench_env import bench_environment, print_result
 from tests.support.mariadb import MariaDBServer
 from tests.support.verify import compare
 
@@ -78,37 +76,26 @@ def main() -> int:
     rates = [int(r) for r in args.rates.split(",")]
     runs = [(f"native_{r}", r, "native") for r in rates] + [(f"jdbc_{rates[0]}", rates[0], "jdbc"),
                                                             ("unthrottled", None, "native")]  # fmt: skip
-    work = tempfile.mkdtemp(prefix="mysqlcdc-bench-throttle-")
-    server = MariaDBServer()
-    server.start()
-    spark = None
-    try:
+    with bench_environment("mysqlcdc-bench-throttle") as (server, spark, work):
         t = time.monotonic()
         load_orders(server, args.rows)
         log.info("loaded %d rows in %.1fs", args.rows, time.monotonic() - t)
-        spark = build_spark_session("mysqlcdc-bench-throttle", master="local[2]")
         achieved: dict[str, list[float]] = {name: [] for name, _, _ in runs}
         for r in range(args.rounds):
             for name, rate, reader in runs:
                 achieved[name].append(_snapshot(spark, server, f"{work}/{name}-{r}", rate, reader, args.chunk_size))
                 log.info("round %d %s: %.0f rows/s read (limit %s)", r, name, achieved[name][-1], rate)
-        out: dict[str, Any] = {"rows": args.rows, "chunk_size": args.chunk_size, "rounds": args.rounds}
-        for name, rate, _ in runs:
-            med = statistics.median(achieved[name])
-            out[f"{name}_rows_per_s_median"] = round(med)
-            out[f"{name}_rows_per_s_all"] = [round(v) for v in achieved[name]]
-            if rate:
-                out[f"{name}_ratio_to_limit"] = round(med / rate, 3)
-        out["within_10_percent"] = all(abs(out[f"{n}_ratio_to_limit"] - 1) <= 0.1 for n, r, _ in runs if r)
-        out["tables_equal"] = True
-        out["load_average_1m"] = round(os.getloadavg()[0], 2)
-        print(json.dumps(out))
-        return 0
-    finally:
-        if spark is not None:
-            spark.stop()
-        server.destroy()
-        shutil.rmtree(work, ignore_errors=True)
+    out: dict[str, Any] = {"rows": args.rows, "chunk_size": args.chunk_size, "rounds": args.rounds}
+    for name, rate, _ in runs:
+        med = statistics.median(achieved[name])
+        out[f"{name}_rows_per_s_median"] = round(med)
+        out[f"{name}_rows_per_s_all"] = [round(v) for v in achieved[name]]
+        if rate:
+            out[f"{name}_ratio_to_limit"] = round(med / rate, 3)
+    out["within_10_percent"] = all(abs(out[f"{n}_ratio_to_limit"] - 1) <= 0.1 for n, r, _ in runs if r)
+    out["tables_equal"] = True
+    print_result(out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool =
     after_keys = [pc.struct_field(after, c) for c in cols]
     before_keys = [pc.struct_field(before, c) for c in cols]
     # A delete event for every delete, and for every update whose key changed (old key removed).
-    key_changed = _any_not_equal(before_keys, after_keys)
+    key_changed = keys_differ(before_keys, after_keys)
     del_mask = pc.or_(is_delete, pc.and_(has_before, pc.fill_null(key_changed, False)))
     up_mask = has_after
     index = pa.array(range(n), pa.int64())
@@ -222,7 +222,7 @@ def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool =
     events = events.take(order).combine_chunks()
     keys = [events.column(c).chunk(0) for c in cols]
     # the last row of the table, and every row whose successor has another key
-    last = pa.concat_arrays([_any_not_equal([k[:-1] for k in keys], [k[1:] for k in keys]), pa.array([True])])
+    last = pa.concat_arrays([keys_differ([k[:-1] for k in keys], [k[1:] for k in keys]), pa.array([True])])
     final = events.filter(last)
     rows = final.column("__row")
     is_up = rows.is_valid()
@@ -239,9 +239,10 @@ def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool =
     return upserts, delete_keys
 
 
-def _any_not_equal(left: Sequence[Any], right: Sequence[Any]) -> Any:
-    """Element-wise: does any column pair differ? Nulls compare as different from values only
-    where one side is null (key columns are NOT NULL, so this only happens for absent images)."""
+def keys_differ(left: Sequence[Any], right: Sequence[Any]) -> Any:
+    """Element-wise: does any column pair differ? The fold's and the SCD2 view's key comparison. Nulls
+    compare as different from values only where one side is null (key columns are NOT NULL, so this
+    only happens for absent images)."""
     out = None
     for a, b in zip(left, right, strict=True):
         ne = pc.not_equal(a, b)
@@ -266,4 +267,5 @@ __all__ = [
     "decode_blocks",
     "encode_block",
     "fold_block",
+    "keys_differ",
 ]  # fmt: skip

@@ -31,9 +31,10 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_provider_mysqlcdc.core.change_block import keys_differ
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.row_metadata import TIMESTAMP
 
-TIMESTAMP = pa.timestamp("us", tz="UTC")
 META_FIELDS = [
     pa.field("_op", pa.string(), nullable=False),
     pa.field("_commit_ts", TIMESTAMP),
@@ -141,7 +142,7 @@ def scd2(changelog: pa.Table, key: Sequence[str]) -> pa.Table:
     before_keys = [pc.struct_field(before, c) for c in key]
     # a key's events: every version start (after key) and every end without a new version there
     # (a delete, or the old key of a key-moving update)
-    moved = pc.fill_null(_differs(before_keys, after_keys), False)
+    moved = pc.fill_null(keys_differ(before_keys, after_keys), False)
     ends = pc.and_(before.is_valid(), pc.or_(pc.invert(has_after), moved))
     starts = pa.table([*(pc.filter(k, has_after) for k in after_keys), pc.filter(seq, has_after),
                        pc.filter(seq, has_after)], names=[*key, "__seq", "__row"])  # fmt: skip
@@ -150,7 +151,7 @@ def scd2(changelog: pa.Table, key: Sequence[str]) -> pa.Table:
     events = pa.concat_tables([starts, stops.cast(starts.schema)])
     events = events.sort_by([*((c, "ascending") for c in key), ("__seq", "ascending")]).combine_chunks()
     keys = [events.column(c).chunk(0) for c in key]
-    same_next = pc.invert(pa.concat_arrays([_differs([k[1:] for k in keys], [k[:-1] for k in keys]),
+    same_next = pc.invert(pa.concat_arrays([keys_differ([k[1:] for k in keys], [k[:-1] for k in keys]),
                                             pa.array([True])]))  # fmt: skip
     next_seq = pa.concat_arrays([events.column("__seq").chunk(0)[1:], pa.nulls(1, pa.int64())])
     next_seq = pc.if_else(same_next, next_seq, pa.nulls(len(next_seq), pa.int64()))
@@ -180,16 +181,6 @@ def _widen(images: pa.ChunkedArray | pa.Array, image: pa.StructType) -> pa.Array
         children.append(child.cast(f.type))
     mask = pc.invert(arr.is_valid())
     return pa.StructArray.from_arrays(children, fields=[image.field(i) for i in range(image.num_fields)], mask=mask)
-
-
-def _differs(left: Sequence[pa.Array], right: Sequence[pa.Array]) -> pa.Array:
-    """Element-wise: does any column pair differ (null on one side only counts as different)?"""
-    out = None
-    for a, b in zip(left, right, strict=True):
-        ne = pc.or_kleene(pc.fill_null(pc.not_equal(a, b), False), pc.xor(pc.is_null(a), pc.is_null(b)))
-        out = ne if out is None else pc.or_(out, ne)
-    assert out is not None
-    return out
 
 
 __all__ = ["META_FIELDS", "SCD2_FIELDS", "changelog_schema", "changes_to_changelog", "order_key", "scd2",

@@ -15,13 +15,23 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.param_values import (
+    bool_value,
+    given_value,
+    int_value,
+    norm_table,
+    offset_text,
+    repair_chunks_value,
+    snapshot_filters_value,
+    table_list,
+    timestamp_value,
+)
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
-from airflow_provider_mysqlcdc.core.table_selection import TablePattern, TableSelection
+from airflow_provider_mysqlcdc.core.table_selection import TableSelection
 
 STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only", "earliest-offset", "timestamp")
 #: Modes that start new tables at an offset other than "now": the stream's checkpoint must not be past it.
@@ -34,7 +44,6 @@ MAX_CHUNKS_PER_TABLE = 10_000
 STREAM_MODES = ("detached", "attached")
 DEFAULT_CHUNKS_PER_TASK = 64
 
-_TABLE = re.compile(r"^`?[^`.\s]+`?\.`?[^`.\s]+`?$")
 _BINLOG_FILE = re.compile(r"^[^/\s]+\.\d+$")
 
 
@@ -130,16 +139,16 @@ class PipelineConfig:
                 problems.append(f"{name} must be a directory or URL (e.g. /data/lake or s3://bucket/lake), got {v!r}")
             roots[name] = (v or "").strip() if isinstance(v, str) else ""
 
-        tables = _table_list("tables", params.get("tables"), problems, patterns=True)
+        tables = table_list("tables", params.get("tables"), problems, patterns=True)
         if not tables and not any(p.startswith("tables") for p in problems):
             problems.append("tables is empty: list at least one <database>.<table> or pattern, e.g. "
                             "[\"shop.orders\"] or [\"shop.*\"]")  # fmt: skip
-        exclude = _table_list("exclude_tables", params.get("exclude_tables") or [], problems, patterns=True)
+        exclude = table_list("exclude_tables", params.get("exclude_tables") or [], problems, patterns=True)
         selection = TableSelection.parse(tables, exclude) if tables and not any(
             p.startswith(("tables", "exclude_tables")) for p in problems) else None  # fmt: skip
         notes: list[str] = []
-        resnapshot = _table_list("resnapshot_tables", params.get("resnapshot_tables") or [], problems)
-        legacy = _table_list("backfill_tables", params.get("backfill_tables") or [], problems)
+        resnapshot = table_list("resnapshot_tables", params.get("resnapshot_tables") or [], problems)
+        legacy = table_list("backfill_tables", params.get("backfill_tables") or [], problems)
         if legacy:
             notes.append(
                 f"backfill_tables is deprecated (it collides with Airflow's own backfill of date ranges): use "
@@ -153,15 +162,15 @@ class PipelineConfig:
                 + (f" minus exclude_tables {exclude}" if exclude else "")
                 + ": a table is re-snapshotted only if it is captured; add it to tables as well"
             )
-        takeover = _table_list("takeover_tables", params.get("takeover_tables") or [], problems)
+        takeover = table_list("takeover_tables", params.get("takeover_tables") or [], problems)
         unknown = [t for t in takeover if selection is None or not selection.selects(t)]
         if unknown:
             problems.append(
                 f"takeover_tables {unknown} are not in tables {tables} (no entry selects them): add them to tables"
             )
-        allow_large = _bool("allow_large_plan", params.get("allow_large_plan", False), problems)
-        repair = _repair_chunks(params.get("repair_chunks"), problems)
-        recover = _bool("recover_purged", params.get("recover_purged", False), problems)
+        allow_large = bool_value("allow_large_plan", params.get("allow_large_plan", False), problems)
+        repair = repair_chunks_value(params.get("repair_chunks"), problems)
+        recover = bool_value("recover_purged", params.get("recover_purged", False), problems)
         unknown = [t for t in repair if selection is None or not selection.selects(t)]
         if unknown:
             problems.append(f"repair_chunks names {unknown}, which are not in tables {tables}: add them to tables")
@@ -169,7 +178,7 @@ class PipelineConfig:
         if both:
             problems.append(f"{both} are in both resnapshot_tables and repair_chunks: a re-snapshot already "
                             "replaces every chunk; give each table to one of them")  # fmt: skip
-        filters = _snapshot_filters(params.get("snapshot_filters"), problems)
+        filters = snapshot_filters_value(params.get("snapshot_filters"), problems)
         unknown = [t for t in filters if selection is None or not selection.selects(t)]
         if unknown:
             problems.append(f"snapshot_filters names {unknown}, which are not in tables {tables}: add them to tables")
@@ -178,17 +187,17 @@ class PipelineConfig:
             problems.append(f"{both} are in both resnapshot_tables and snapshot_filters: a re-snapshot replaces "
                             "every row, a filter refreshes only the rows it selects; give each table to one of "
                             "them")  # fmt: skip
-        changelog = _table_list("changelog_tables", params.get("changelog_tables") or [], problems, patterns=True)
+        changelog = table_list("changelog_tables", params.get("changelog_tables") or [], problems, patterns=True)
         named = TableSelection.parse(changelog).exact_names if changelog else []
         exact = [t for t in named if selection is not None and not selection.selects(t)]
         if exact:
             problems.append(f"changelog_tables names {exact}, which are not in tables {tables}: add them to tables")
-        metadata = _bool("metadata_columns", params.get("metadata_columns", False), problems)
-        rate = _given(params, "max_rows_per_second", None)
-        rate = None if rate is None or rate == 0 or rate == "0" else _int("max_rows_per_second", rate, 1, None,
+        metadata = bool_value("metadata_columns", params.get("metadata_columns", False), problems)
+        rate = given_value(params, "max_rows_per_second", None)
+        rate = None if rate is None or rate == 0 or rate == "0" else int_value("max_rows_per_second", rate, 1, None,
                                                                         problems)  # fmt: skip
 
-        chunk_size = _int("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
+        chunk_size = int_value("chunk_size", params.get("chunk_size", DEFAULT_CHUNK_SIZE), 1, None, problems)
         if chunk_size is not None and chunk_size < MIN_CHUNK_SIZE and not allow_large:
             problems.append(
                 f"chunk_size {chunk_size} is below {MIN_CHUNK_SIZE} rows: every chunk costs a query and its "
@@ -196,13 +205,13 @@ class PipelineConfig:
                 f"{MIN_CHUNK_SIZE} or more (the default is {DEFAULT_CHUNK_SIZE}), or set allow_large_plan=true if "
                 "you mean it"
             )
-        chunks_per_task = _int(
+        chunks_per_task = int_value(
             "chunks_per_task", params.get("chunks_per_task", DEFAULT_CHUNKS_PER_TASK), 1, 100_000, problems
         )
-        stream_readers = _int("stream_readers", _given(params, "stream_readers", DEFAULT_STREAM_READERS), 1, 1024,
-                              problems)  # fmt: skip
-        max_parallel_groups = _int("max_parallel_groups",
-                                   _given(params, "max_parallel_groups", DEFAULT_MAX_PARALLEL_GROUPS), 1, 1024,
+        stream_readers = int_value("stream_readers", given_value(params, "stream_readers", DEFAULT_STREAM_READERS),
+                                   1, 1024, problems)  # fmt: skip
+        max_parallel_groups = int_value("max_parallel_groups",
+                                   given_value(params, "max_parallel_groups", DEFAULT_MAX_PARALLEL_GROUPS), 1, 1024,
                                    problems)  # fmt: skip
         mode = params.get("startup_mode") or "initial"
         if mode not in STARTUP_MODES:
@@ -215,7 +224,7 @@ class PipelineConfig:
             )
         offset = params.get("specific_offset") or None
         if isinstance(offset, str) and offset.strip():
-            offset = _parse_offset_text(offset, problems)
+            offset = offset_text(offset, problems)
         if mode == "specific-offset":
             if not isinstance(offset, dict) or not offset.get("file") or offset.get("pos") in (None, ""):
                 problems.append(
@@ -227,18 +236,18 @@ class PipelineConfig:
                     problems.append(
                         f"specific_offset file {offset['file']!r} is not a binlog file name like mysql-bin.000042"
                     )
-                pos = _int("specific_offset pos", offset["pos"], 4, None, problems)
+                pos = int_value("specific_offset pos", offset["pos"], 4, None, problems)
                 offset = {"file": str(offset["file"]), "pos": pos}
         else:
             offset = None
-        startup_ts = _timestamp(params.get("startup_timestamp"), problems)
+        startup_ts = timestamp_value(params.get("startup_timestamp"), problems)
         if mode == "timestamp" and startup_ts is None and not any(p.startswith("startup_timestamp") for p in problems):
             problems.append(
                 "startup_mode 'timestamp' needs startup_timestamp: an ISO 8601 time such as "
                 "2026-11-24T10:00:00Z (no zone = UTC) or epoch seconds; new tables start at the first transaction "
                 "at or after it"
             )
-        skip_backfill = _bool("skip_backfill", params.get("skip_backfill", False), problems)
+        skip_backfill = bool_value("skip_backfill", params.get("skip_backfill", False), problems)
         ck = params.get("chunk_key_columns") or {}
         if isinstance(ck, str):
             try:
@@ -264,7 +273,7 @@ class PipelineConfig:
             specific_offset=offset,
             resnapshot_tables=resnapshot,
             skip_backfill=bool(skip_backfill),
-            chunk_key_columns={_norm_table(k): list(v) for k, v in ck.items()},
+            chunk_key_columns={norm_table(k): list(v) for k, v in ck.items()},
             takeover_tables=takeover,
             allow_large_plan=bool(allow_large),
             stream_readers=int(stream_readers),  # type: ignore[arg-type]
@@ -279,192 +288,3 @@ class PipelineConfig:
             metadata_columns=metadata,
             notes=notes,
         )
-
-
-def _given(params: dict[str, Any], name: str, default: Any) -> Any:
-    """``params[name]``, or ``default`` when it is missing, None or empty text (an unset template)."""
-    v = params.get(name)
-    return default if v is None or (isinstance(v, str) and not v.strip()) else v
-
-
-def _norm_table(t: str) -> str:
-    return t.strip().replace("`", "")
-
-
-def _table_list(name: str, value: Any, problems: list[str], patterns: bool = False) -> list[str]:
-    """Table names (or, with ``patterns``, names and patterns) from a list or its text form: a JSON
-    list, or entries separated by commas (a regular expression containing a comma needs the JSON
-    list form)."""
-    if isinstance(value, str):  # a templated field rendered as text: JSON list or comma-separated
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError:
-                value = [v.strip(" '\"") for v in text.strip("[]").split(",")]
-        else:
-            value = [v for v in text.split(",")]
-    if not isinstance(value, list | tuple):
-        problems.append(f"{name} must be a list of <database>.<table>, got {value!r}")
-        return []
-    out: list[str] = []
-    for v in value:
-        if patterns and isinstance(v, str) and v.strip():
-            try:
-                t = TablePattern.parse(v).text
-            except ValueError as exc:
-                problems.append(f"{name}: {exc}")
-                continue
-            if t not in out:
-                out.append(t)
-            continue
-        if not isinstance(v, str) or not _TABLE.match(v.strip()):
-            problems.append(f"{name}: {v!r} is not a table name written as <database>.<table>")
-            continue
-        t = _norm_table(v)
-        if t not in out:
-            out.append(t)
-    return out
-
-
-def _bool(name: str, value: Any, problems: list[str]) -> bool:
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        problems.append(f"{name} must be true or false, got {value!r}")
-        return False
-    return value
-
-
-def _int(name: str, value: Any, minimum: int, maximum: int | None, problems: list[str]) -> int | None:
-    if isinstance(value, bool):
-        problems.append(f"{name} must be an integer, got {value!r}")
-        return None
-    try:
-        n = int(str(value).strip()) if isinstance(value, str) else int(value)
-        if isinstance(value, float) and value != n:
-            raise ValueError
-    except (TypeError, ValueError):
-        problems.append(f"{name} must be an integer, got {value!r}")
-        return None
-    if n < minimum or (maximum is not None and n > maximum):
-        bound = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-        problems.append(f"{name} must be {bound}, got {n}")
-        return None
-    return n
-
-
-def _repair_chunks(value: Any, problems: list[str]) -> dict[str, list[int]]:
-    """``{"db.t": [chunk ids]}`` (what ``verify`` reports as differing_chunks), or its JSON text."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return {}
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            problems.append(f"repair_chunks must be a JSON object like {{\"shop.orders\": [3, 7]}}, got {value!r}")
-            return {}
-    if not isinstance(value, dict):
-        problems.append(f"repair_chunks must map <database>.<table> to chunk numbers, got {value!r}")
-        return {}
-    out: dict[str, list[int]] = {}
-    for table, ids in value.items():
-        if not isinstance(table, str) or not _TABLE.match(table.strip()):
-            problems.append(f"repair_chunks: {table!r} is not a table name written as <database>.<table>")
-            continue
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                            for i in ids):  # fmt: skip
-            problems.append(f"repair_chunks[{table!r}] must be a non-empty list of chunk numbers (>= 0, as verify "
-                            f"prints them), got {ids!r}")  # fmt: skip
-            continue
-        out[_norm_table(table)] = sorted(set(ids))
-    return out
-
-
-def _snapshot_filters(value: Any, problems: list[str]) -> dict[str, str]:
-    """``{"db.t": "<SQL condition>"}``, or its JSON text. The condition is checked here only for what
-    would break the query around it; the plan asks the server to parse it (``EXPLAIN``)."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return {}
-    example = "{\"shop.orders\": \"created_at >= '2026-01-01'\"}"
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            problems.append(f"snapshot_filters must be a JSON object like {example}, got {value!r}")
-            return {}
-    if not isinstance(value, dict):
-        problems.append(f"snapshot_filters must map <database>.<table> to a SQL condition, e.g. {example}, "
-                        f"got {value!r}")  # fmt: skip
-        return {}
-    out: dict[str, str] = {}
-    for table, cond in value.items():
-        if not isinstance(table, str) or not _TABLE.match(table.strip()):
-            problems.append(f"snapshot_filters: {table!r} is not a table name written as <database>.<table>")
-            continue
-        why = _condition_problem(cond)
-        if why:
-            problems.append(f"snapshot_filters[{table!r}] {why}")
-            continue
-        out[_norm_table(table)] = str(cond).strip()
-    return out
-
-
-def _condition_problem(cond: Any) -> str | None:
-    """What makes ``cond`` unusable as one WHERE condition (None if nothing does)."""
-    if not isinstance(cond, str) or not cond.strip():
-        return f"must be a non-empty SQL condition such as \"status = 'late'\", got {cond!r}"
-    text = cond.strip()
-    bare = re.sub(r"'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", "''", text)  # literals emptied
-    if ";" in bare or "--" in bare or "/*" in bare or "#" in bare:
-        return f"must be one condition without ';' or comments, got {text!r}"
-    depth = 0
-    for ch in bare:
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth < 0:
-            break
-    if depth != 0:
-        return f"has unbalanced parentheses: {text!r}"
-    return None
-
-
-def _timestamp(value: Any, problems: list[str]) -> float | None:
-    """Epoch seconds from epoch seconds (number or text) or ISO 8601 text; no zone means UTC."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, bool):
-        problems.append(f"startup_timestamp must be an ISO 8601 time or epoch seconds, got {value!r}")
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        problems.append(
-            f"startup_timestamp {text!r} is neither an ISO 8601 time (2026-11-24T10:00:00Z) nor epoch seconds"
-        )
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
-
-
-def _parse_offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:
-    text = text.strip()
-    if text.startswith("{"):
-        try:
-            d = json.loads(text)
-            return d if isinstance(d, dict) else None
-        except json.JSONDecodeError:
-            pass
-    file, sep, pos = text.rpartition(":")
-    if sep and file and pos.strip().isdigit():
-        return {"file": file.strip(), "pos": int(pos)}
-    problems.append(f"specific_offset {text!r} is neither {{\"file\": ..., \"pos\": ...}} nor 'file:pos'")
-    return None
-

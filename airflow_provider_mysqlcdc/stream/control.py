@@ -331,3 +331,39 @@ def wait_until_applied(store: StateStore, target: BinlogOffset, timeout: float =
                 f"(committed {st['committed_offset']}, last batch {st['last_batch']})"
             )
         time.sleep(0.5)
+
+
+def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None) -> dict[str, Any]:
+    """One JSON-able picture of the pipeline: stream state, offsets, lag, each table's phase."""
+    st = stream_state(store)
+    manifest = store.read_manifest()
+    pointer = store.read_plan_pointer()
+    ckpt = checkpoint_offset(store, manifest)
+    tables: dict[str, str] = {}
+    for t in manifest.tables if manifest else {}:
+        tables[t] = "streaming" if st["running"] else "captured (stream stopped)"
+    if pointer is not None and not pointer.finalized:
+        for t in pointer.tables:
+            tables[t] = "snapshotting"
+    committed = st.get("committed_offset") or (None if ckpt is None else ckpt.to_dict())
+    behind = None
+    if server_offset is not None and committed is not None:
+        behind = BinlogOffset.from_dict(committed) < BinlogOffset(server_offset.file, server_offset.pos)
+    return {
+        "pipeline_id": store.pipeline_id,
+        "stream_running": st["running"],
+        "stream_state": st["state"],
+        "stream_reason": st["reason"],
+        "run_id": st["run_id"],
+        "committed_offset": committed,
+        "server_offset": None if server_offset is None else server_offset.to_dict(),
+        "behind_server": behind,
+        "lag_seconds": 0.0 if behind is False else st["lag_seconds"],
+        "heartbeat_age_seconds": st["heartbeat_age_seconds"],
+        "last_batch": st["last_batch"],
+        # a long micro-batch (a huge transaction): its offsets, binlog bytes, phase, rows decoded so far
+        "current_batch": st.get("current_batch"),
+        "current_plan": None if pointer is None else pointer.to_dict(),
+        "tables": tables,
+        "log_path": st["log_path"],
+    }
