@@ -150,10 +150,13 @@ def plan_run(
     choice = choose_tables(conn, config.selection, config.chunk_key_columns)
     report, tables = choice.report, choice.tables
     manifest = store.read_manifest()
-    captured = set(manifest.tables) if manifest else set()
-    new = [t for t in tables if t not in captured]
+    # a table whose capture ended at a DROP/RENAME (schema-change policy) and that is selected again
+    # (re-created, or renamed in) is read again and swapped into its Delta table
+    ended = set(manifest.ended_tables()) if manifest else set()
+    captured = set(manifest.tables) - ended if manifest else set()
+    new = [t for t in tables if t not in captured and t not in ended]
     check_owners(config, new, table_owner)
-    backfill = [t for t in config.resnapshot_tables if t in captured and t in tables]
+    backfill = [t for t in tables if t in ended or (t in config.resnapshot_tables and t in captured)]
     recover = purged_restart(conn, store, manifest, config, tables)
     if recover:  # every captured table, read again; the stream restarts from the new snapshots
         backfill = sorted(captured)
@@ -164,6 +167,10 @@ def plan_run(
         if t not in captured
     ]
     if manifest:
+        notes.extend(f"{t} is captured again: it was dropped or renamed away, and a table of that name is selected "
+                     "(snapshotted again and swapped into its Delta table)" for t in sorted(ended & set(tables)))
+        notes.extend(f"{t} is no longer captured since its DROP/RENAME at {manifest.tables[t].ended_at}; its Delta "
+                     "table stays" for t in sorted(ended - set(tables)))
         dropped = sorted(captured - set(tables))
         if dropped:
             notes.append(

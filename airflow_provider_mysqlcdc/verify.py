@@ -105,7 +105,7 @@ def verify_pipeline(
     manifest = store.read_manifest()
     if manifest is None or not manifest.tables:
         raise VerifyError(f"pipeline {store.pipeline_id!r} has captured nothing yet: run the DAG first")
-    names = list(tables) if tables else sorted(manifest.tables)
+    names = list(tables) if tables else sorted(t for t, e in manifest.tables.items() if e.ended_at is None)
     unknown = [t for t in names if t not in manifest.tables]
     if unknown:
         raise VerifyError(f"{unknown} are not captured by pipeline {store.pipeline_id!r} (captured: "
@@ -117,7 +117,7 @@ def verify_pipeline(
         at = begin_consistent_snapshot(conn)
         at = BinlogOffset(at.file, at.pos)
         progress(f"source snapshot at {at}: computing chunk digests on the server for {len(names)} table(s)")
-        plans = {t: DigestPlan.of(manifest.tables[t].schema) for t in names}
+        plans = {t: DigestPlan.of(manifest.tables[t].source_schema) for t in names}
         splits = {t: _splits(manifest.tables[t]) for t in names}
         chunk_of = {t: ChunkLocator(splits[t], manifest.collations).indexes_of for t in names}
 
@@ -210,8 +210,9 @@ def _changed_keys(
         return moved
     keys = {t: manifest.tables[t].chunk_key_columns for t in names}
     server_id = settings.server_id_range[1]
-    with BinlogRangeReader(settings, start, end, names, server_id,
-                           schemas={t: manifest.tables[t].schema for t in names}) as reader:  # fmt: skip
+    schemas = {t: manifest.tables[t].schema for t in names}
+    optional = {t: manifest.tables[t].optional_columns for t in names}
+    with BinlogRangeReader(settings, start, end, names, server_id, schemas=schemas, added_columns=optional) as reader:
         for change in reader:
             for image in (change.before, change.after):
                 if image is not None:

@@ -38,6 +38,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, STARTUP_MODES, STREAM_MODES
+from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, SCHEMA_CHANGE_POLICIES
 from airflow_provider_mysqlcdc.operators import (
     MySqlCdcPlanOperator,
     MySqlCdcSnapshotOperator,
@@ -208,6 +209,14 @@ with DAG(
             description="detached: the run ends while the stream keeps running; attached: the stream task is the "
             "stream.",
         ),
+        "schema_change_policy": Param(
+            DEFAULT_SCHEMA_CHANGE_POLICY, enum=list(SCHEMA_CHANGE_POLICIES), title="Schema-change policy",
+            description="What a DDL of a captured table does to the lake. lenient: columns are added and widened, "
+            "dropped or renamed columns are kept (NULL from then on), TRUNCATE is ignored, a dropped table keeps its "
+            "Delta table; evolve: the lake follows the source (columns dropped and renamed, TRUNCATE and DROP empty "
+            "the Delta table); fail: the stream stops before any DDL that changes a table, naming the fix. Takes "
+            "effect when the stream (re)starts.",
+        ),
         "spark_conf": Param({}, type="object", title="Spark conf", description="Extra Spark configuration."),
     },
 ) as dag:
@@ -256,6 +265,7 @@ with DAG(
         plan_id=plan.output["plan_id"],  # the plan has the sink root and startup mode
         snapshot_summaries=snapshot.output,
         stream_mode="{{ params.stream_mode }}",
+        schema_change_policy="{{ params.schema_change_policy }}",
         readers=STREAM_READERS,
         conf="{{ params.spark_conf }}",
         storage_conn_id="{{ params.storage_conn_id }}",

@@ -163,6 +163,16 @@ def decode_blocks(blobs: Iterable[bytes]) -> pa.Table | None:
     return data.sort_by("seq")
 
 
+def changes_after(data: pa.Table, offset_key: tuple[int, int]) -> pa.Table:
+    """The changes of ``data`` whose transaction starts after ``offset_key`` (a
+    ``BinlogOffset.sort_key()``): what is left of a batch's changes once the table was emptied at
+    that offset (a TRUNCATE; docs/architecture.md, "Schema changes")."""
+    fnum, pos = offset_key
+    later_file = pc.greater(data.column("file_num"), fnum)
+    same_file = pc.and_(pc.equal(data.column("file_num"), fnum), pc.greater(data.column("pos"), pos))
+    return data.filter(pc.or_(later_file, same_file))
+
+
 def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool = False) -> tuple[pa.Table, pa.Table]:
     """Fold a table's changes (a decoded block table) into ``(upserts, delete_keys)``.
 

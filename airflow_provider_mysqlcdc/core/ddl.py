@@ -89,3 +89,73 @@ def table_ddl(sql: str, default_db: str | None, captured: set[str] | frozenset[s
                 out.append(TableDdl(kind, q))
         break
     return out
+
+
+# ---------------------------------------------------------------------- inside an ALTER TABLE
+_RENAME_COLUMN = re.compile(rf"^RENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?({_IDENT})\s+TO\s+({_IDENT})", re.I)
+_CHANGE_COLUMN = re.compile(rf"^CHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?({_IDENT})\s+({_IDENT})\s", re.I)
+_ALTER_HEAD = re.compile(rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+{_IF_EXISTS}{_NAME}\s*", re.I)
+
+
+def _clauses(text: str) -> list[str]:
+    """The comma-separated clauses of an ALTER's body (commas inside parentheses or quotes kept)."""
+    out, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    out.append(text[start:].strip())
+    return [c for c in out if c]
+
+
+def column_renames(sql: str) -> dict[str, str]:
+    """``{old: new}`` for the columns an ``ALTER TABLE`` renames (``RENAME COLUMN a TO b`` and
+    ``CHANGE [COLUMN] a b <definition>``); a ``CHANGE`` that keeps the name is no rename.
+
+    Why from the statement: the binlog's row images name their columns, but after a rename the
+    schema alone cannot tell a renamed column from a dropped one plus an added one."""
+    text = _clean(sql)
+    head = _ALTER_HEAD.match(text)
+    if head is None:
+        return {}
+    out: dict[str, str] = {}
+    for clause in _clauses(text[head.end():]):
+        m = _RENAME_COLUMN.match(clause) or _CHANGE_COLUMN.match(clause + " ")
+        if m:
+            old, new = _unquote(m.group(1)), _unquote(m.group(2))
+            if old.lower() != new.lower():
+                out[old] = new
+    return out
+
+
+def rename_pairs(sql: str, default_db: str | None) -> list[tuple[str, str]]:
+    """``(from, to)`` table names (``db.table``) of a ``RENAME TABLE`` statement, in order."""
+    text = _clean(sql)
+    m = _PATTERNS[3][1].match(text)
+    if m is None:
+        return []
+    out = []
+    for pair in re.split(r"\s*,\s*", m.group(1)):
+        parts = re.split(r"\s+TO\s+", re.sub(r"\s+(?:WAIT\s+\d+|NOWAIT)\b", "", pair, flags=re.I), flags=re.I)
+        if len(parts) == 2:
+            a, b = _qualify(parts[0], default_db), _qualify(parts[1], default_db)
+            if a and b:
+                out.append((a, b))
+    return out
+
+
+def is_table_swap(sql: str, default_db: str | None, table: str) -> bool:
+    """Whether a ``RENAME TABLE`` both renames ``table`` away and another table in under its name:
+    an online schema change tool's cut-over (gh-ost ``_t_gho``, pt-osc ``_t_new``), after which
+    ``table`` still exists with the altered definition and the same rows."""
+    pairs = rename_pairs(sql, default_db)
+    return any(a == table for a, _ in pairs) and any(b == table for _, b in pairs)

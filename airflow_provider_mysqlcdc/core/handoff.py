@@ -41,19 +41,24 @@ class TableFilter:
     locator: ChunkLocator
     high_watermarks: tuple[BinlogOffset, ...]  # aligned with locator.splits
     max_high_watermark: BinlogOffset
+    ended_at: BinlogOffset | None = None  # a DROP/RENAME ended capture: later changes are not the table's
     hw_keys: tuple[OffsetKey, ...] = field(init=False, repr=False, compare=False)
     min_hw_key: OffsetKey = field(init=False, repr=False, compare=False)
     max_hw_key: OffsetKey = field(init=False, repr=False, compare=False)
+    end_key: OffsetKey | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         keys = tuple(hw.sort_key() for hw in self.high_watermarks)
         object.__setattr__(self, "hw_keys", keys)
         object.__setattr__(self, "min_hw_key", min(keys))
         object.__setattr__(self, "max_hw_key", self.max_high_watermark.sort_key())
+        object.__setattr__(self, "end_key", None if self.ended_at is None else self.ended_at.sort_key())
 
     def emits(self, key: Sequence[Any], offset: BinlogOffset) -> bool:
         """Whether a change to ``key`` at ``offset`` is newer than the snapshot of ``key``'s chunk."""
         p = offset.sort_key()
+        if self.end_key is not None and p > self.end_key:
+            return False
         return p >= self.max_hw_key or p >= self.hw_keys[self.locator.index_of(key)]
 
 
@@ -64,6 +69,7 @@ class HandoffFilter:
         self,
         tables: dict[str, list[tuple[SnapshotChunk, BinlogOffset]]],
         collations: dict[str, Collation] | None = None,
+        ended_at: dict[str, BinlogOffset] | None = None,
     ):
         self._tables: dict[str, TableFilter] = {}
         for table, pairs in tables.items():
@@ -72,7 +78,7 @@ class HandoffFilter:
             ordered = sorted(pairs, key=lambda p: p[0].split_id)
             locator = ChunkLocator([s for s, _ in ordered], collations)
             hws = tuple(hw for _, hw in ordered)
-            self._tables[table] = TableFilter(table, locator, hws, max(hws))
+            self._tables[table] = TableFilter(table, locator, hws, max(hws), (ended_at or {}).get(table))
 
     @property
     def tables(self) -> list[str]:
@@ -110,7 +116,7 @@ def admit(
     ``tx_key`` is ``change.tx_offset.sort_key()``, passed in by a caller that computes it once per
     transaction instead of once per change.
 
-    * a table that is not captured: None;
+    * a table that is not captured, or a change after the DROP/RENAME that ended its capture: None;
     * a DDL statement (``op='s'``): an ALTER always passes (the stream must follow the schema); a
       TRUNCATE/DROP/RENAME/... older than every chunk of the table is already in its snapshot;
     * an insert or delete: passes iff it is newer than the snapshot of its key's chunk;
@@ -123,6 +129,8 @@ def admit(
     if t is None:
         return None
     p = change.tx_offset.sort_key() if tx_key is None else tx_key
+    if t.end_key is not None and p > t.end_key:  # after the DROP/RENAME that ended its capture
+        return None
     op = change.op
     if op == "s":
         if p >= t.min_hw_key or change.after["kind"] == "alter":  # type: ignore[index]

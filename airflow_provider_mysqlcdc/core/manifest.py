@@ -14,6 +14,10 @@ as one JSON document in the state store (docs/architecture.md, "The handoff")::
         chunks          FinishedChunk: a chunk's key range and its high watermark
         added_columns   columns the stream added (ALTER ... ADD): NULL in images written before
         schema_position the last DDL of the table the stream followed
+        retired_columns columns the source dropped or renamed that the lake keeps (policy lenient)
+        renamed_columns old -> new names of columns the lake renamed (policy evolve)
+        emptied_at      offsets of DDL at which the lake table was emptied (TRUNCATE/DROP, evolve)
+        ended_at        the DROP/RENAME at which capture of the table ended
 
 This module is the only place the JSON keys appear; merging new tables in, starting a generation
 and following a DDL are methods here. Building a manifest refuses a plan with a chunk lacking a
@@ -70,6 +74,24 @@ class CapturedTable:
     schema_position: BinlogOffset | None = None
     changelog: bool = False  # the stream appends its changes to the table's changelog too
     metadata_columns: bool = False  # the mirror's rows carry _op, _commit_ts, _binlog_file, _binlog_pos
+    # schema-change policy decisions (core/schema_policy.py), recorded so a replayed batch repeats them
+    retired_columns: list[str] = field(default_factory=list)
+    renamed_columns: dict[str, str] = field(default_factory=dict)
+    emptied_at: list[BinlogOffset] = field(default_factory=list)
+    ended_at: BinlogOffset | None = None
+
+    @property
+    def source_schema(self) -> TableSchema:
+        """The table's columns in the source: the schema without the columns the lake kept (retired)."""
+        if not self.retired_columns:
+            return self.schema
+        retired = {c.lower() for c in self.retired_columns}
+        return replace(self.schema, columns=[c for c in self.schema.columns if c.name.lower() not in retired])
+
+    @property
+    def optional_columns(self) -> list[str]:
+        """Columns a binlog row image may lack: added by the stream (older images) or retired (newer)."""
+        return sorted(set(self.added_columns) | set(self.retired_columns))
 
     @property
     def chunk_key_columns(self) -> list[str]:
@@ -104,6 +126,14 @@ class CapturedTable:
             out["changelog"] = True
         if self.metadata_columns:
             out["metadata_columns"] = True
+        if self.retired_columns:
+            out["retired_columns"] = list(self.retired_columns)
+        if self.renamed_columns:
+            out["renamed_columns"] = dict(self.renamed_columns)
+        if self.emptied_at:
+            out["emptied_at"] = [o.to_dict() for o in self.emptied_at]
+        if self.ended_at is not None:
+            out["ended_at"] = self.ended_at.to_dict()
         return out
 
     @classmethod
@@ -122,6 +152,10 @@ class CapturedTable:
             None if not pos else BinlogOffset.from_dict(pos),
             bool(d.get("changelog", False)),
             bool(d.get("metadata_columns", False)),
+            list(d.get("retired_columns", [])),
+            dict(d.get("renamed_columns", {})),
+            [BinlogOffset.from_dict(o) for o in d.get("emptied_at", [])],
+            BinlogOffset.from_dict(d["ended_at"]) if d.get("ended_at") else None,
         )
 
 
@@ -163,9 +197,15 @@ class Manifest:
         return {name: t.schema for name, t in self.tables.items()}
 
     def handoff_filter(self) -> HandoffFilter:
-        """Per table, each chunk's HW: what decides which changes the stream applies."""
+        """Per table, each chunk's HW (and where its capture ended): what decides which changes the
+        stream applies."""
         pairs = {name: [(c.chunk, c.high_watermark) for c in t.chunks] for name, t in self.tables.items()}
-        return HandoffFilter(pairs, self.collations)
+        ends = {name: t.ended_at for name, t in self.tables.items() if t.ended_at is not None}
+        return HandoffFilter(pairs, self.collations, ends)
+
+    def ended_tables(self) -> list[str]:
+        """Tables whose capture ended at a DROP/RENAME: the next plan treats them as not captured."""
+        return sorted(t for t, e in self.tables.items() if e.ended_at is not None)
 
     # ------------------------------------------------------------------ changes
     def merged(self, tables: dict[str, CapturedTable], collations: dict[str, Collation]) -> Manifest:

@@ -22,6 +22,8 @@ import os
 import sys
 import uuid
 
+from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, SCHEMA_CHANGE_POLICIES
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
     p.add_argument("--apply-threads", type=int, default=4,
                    help="tables of one micro-batch applied at once (default 4; 1 = one after the other)")
+    p.add_argument("--schema-change-policy", choices=SCHEMA_CHANGE_POLICIES, default=DEFAULT_SCHEMA_CHANGE_POLICY,
+                   help="what a DDL of a captured table does: evolve (the lake follows), lenient (the lake keeps "
+                   "what it has: dropped columns kept, TRUNCATE ignored), fail (stop before it)")
     p.add_argument("--scratch-dir", default=None, help="local scratch space of the driver (default: system temp)")
     p.add_argument("--maintenance-interval", type=float, default=600.0,
                    help="seconds between table maintenance rounds (compaction, checkpoint, vacuum); 0 = never")
@@ -88,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_inline_bytes=args.max_inline_bytes,
                 apply_memory_mb=args.apply_memory_mb,
                 apply_threads=args.apply_threads,
+                schema_change_policy=args.schema_change_policy,
                 scratch_dir=args.scratch_dir,
                 source_env=args.source_env,
                 storage_env=STORAGE_ENV if storage.options else None,

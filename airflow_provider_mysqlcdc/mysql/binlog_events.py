@@ -113,6 +113,7 @@ class BinlogEventStateMachine:
         ddl: bool = False,
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
+        renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
         emit_from: BinlogOffset | None = None,
         emit_to: BinlogOffset | None = None,
@@ -133,6 +134,8 @@ class BinlogEventStateMachine:
         self.schemas = dict(schemas or {})
         self.added_columns = {t: tuple(c) for t, c in (added_columns or {}).items()}
         self.key_columns = dict(key_columns or {})
+        # per table, old -> new names of renamed columns: images written before a rename carry the old name
+        self.renamed_columns = {t: dict(m) for t, m in (renamed_columns or {}).items()}
         # A slice of a large transaction (stream/boundaries.py): only rows events (and DDL) that
         # start in [emit_from, emit_to) are decoded and yielded; the read ends at the first rows
         # event at or after emit_to (stop_reason "slice_end", reached_end True).
@@ -141,7 +144,8 @@ class BinlogEventStateMachine:
         self.tables: frozenset[tuple[str, str]] | None = (
             None if tables is None else frozenset(_split_table(t) for t in tables)
         )
-        self._maps = TableMaps(self.tables, self.schemas, self.added_columns, self.key_columns, convert)
+        self._maps = TableMaps(self.tables, self.schemas, self.added_columns, self.key_columns, convert,
+                               self.renamed_columns)  # fmt: skip
         self._stop = threading.Event()
         self._reached_end = False
         # Last boundary consumed, as (file, pos); a BinlogOffset is built only when asked for.

@@ -119,6 +119,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
         ddl: bool = False,
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
+        renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
         emit_from: BinlogOffset | None = None,
         emit_to: BinlogOffset | None = None,
@@ -130,7 +131,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
         super().__init__(
             start, end, tables, max_transactions=max_transactions, max_events=max_events, convert=convert,
             timeout=timeout, ddl=ddl, schemas=schemas, added_columns=added_columns, key_columns=key_columns,
-            emit_from=emit_from, emit_to=emit_to,
+            renamed_columns=renamed_columns, emit_from=emit_from, emit_to=emit_to,
         )  # fmt: skip
         self.settings = settings
         self.server_id = int(server_id)

@@ -19,7 +19,7 @@ python-mysql-replication for that table map.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.table import TableSchema
@@ -45,6 +45,16 @@ class _Source:
         return n
 
 
+class _MissingColumn:
+    """A column the row image lacks: no Arrow column accepts it (see :class:`RowsDecoder`)."""
+
+    def __repr__(self) -> str:
+        return "<a column missing from the binlog row image: the table was altered>"
+
+
+MISSING = _MissingColumn()
+
+
 class RowsDecoder:
     """Decodes the rows part of WRITE/UPDATE/DELETE rows events of one table map.
 
@@ -52,6 +62,10 @@ class RowsDecoder:
     (names need ``binlog_row_metadata=FULL``); ``schema`` is the table's schema the stream runs
     with; ``added_columns`` are columns the stream added (ALTER ... ADD COLUMN) that older images
     lack: they come out None. ``key_columns``: a before image holds only these (None = all).
+    ``renamed_columns`` (old -> new): an image written before a column was renamed carries the old
+    name, read as the new one. A column of ``schema`` that the image lacks and that is neither added
+    nor retired comes out as :data:`MISSING`, which no Arrow column accepts: the block holding it is
+    'invalid', and the stream stops at the DDL that explains it (stream/schema_follow.py).
     """
 
     def __init__(
@@ -61,18 +75,15 @@ class RowsDecoder:
         schema: TableSchema,
         added_columns: Iterable[str] = (),
         key_columns: Sequence[str] | None = None,
+        renamed_columns: Mapping[str, str] | None = None,
     ) -> None:
         self.table = table
-        names = [c.name for c in binlog_columns]
         by_name = {c.name: c for c in schema.columns}
+        renamed = renamed_columns or {}
+        names = [renamed[c.name] if c.name not in by_name and c.name in renamed else c.name for c in binlog_columns]
         wanted = [c.name for c in schema.columns]
-        missing = [n for n in wanted if n not in names and n not in set(added_columns)]
-        if missing:
-            raise ValueError(
-                f"binlog row image of {schema.table} lacks columns {missing}: the source needs "
-                "binlog_row_image=FULL and binlog_row_metadata=FULL, or the table's schema changed (re-read it)"
-            )
-        plans = [column_plan(bc, by_name.get(bc.name)) for bc in binlog_columns]
+        self.missing = [n for n in wanted if n not in names and n not in set(added_columns)]
+        plans = [column_plan(bc, by_name.get(n)) for bc, n in zip(binlog_columns, names, strict=True)]
         self.ncols = len(binlog_columns)
         self.null_bytes = (self.ncols + 7) // 8
         self._full = self._compile(names, plans, set(wanted), wanted)
@@ -124,7 +135,8 @@ class RowsDecoder:
                     else:
                         L.append(f"        {var} = {src.name(conv, 'c')}(d[p:p + n])")
                 L.append("        p += n")
-        items = ", ".join(f"{n!r}: {present.get(n, 'None')}" for n in out_order)
+        gone = src.name(MISSING, "m") if self.missing else "None"
+        items = ", ".join(f"{n!r}: {present.get(n, gone if n in self.missing else 'None')}" for n in out_order)
         L.append(f"    return {{{items}}}, p")
         code = "\n".join(L)
         exec(compile(code, f"<rows decoder {self.table}>", "exec"), src.env)

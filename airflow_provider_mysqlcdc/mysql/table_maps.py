@@ -39,12 +39,14 @@ class TableMaps:
         added_columns: Mapping[str, Iterable[str]],
         key_columns: Mapping[str, Sequence[str]],
         convert: RowConverter | None,
+        renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.tables = tables
         self.schemas = schemas
         self.added_columns = added_columns
         self.key_columns = key_columns
         self.convert = convert
+        self.renamed_columns = renamed_columns or {}
         self._names: dict[int, str | None] = {}
         self._decoders: dict[int, RowsDecoder | None] = {}
         self._full_bitmaps: dict[int, bytes] = {}
@@ -94,7 +96,8 @@ class TableMaps:
         if schema is None:
             return None
         try:
-            return RowsDecoder(name, ev.columns, schema, self.added_columns.get(name, ()), self.key_columns.get(name))
+            return RowsDecoder(name, ev.columns, schema, self.added_columns.get(name, ()), self.key_columns.get(name),
+                               self.renamed_columns.get(name))  # fmt: skip
         except UnsupportedRowFormat as exc:
             log.info("%s: decoding with python-mysql-replication (%s)", name, exc)
             return None

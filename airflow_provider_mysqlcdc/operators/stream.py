@@ -9,6 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, TriggerRule
 
 from airflow_provider_mysqlcdc.core.config import STREAM_MODES
+from airflow_provider_mysqlcdc.core.schema_policy import check_policy
 from airflow_provider_mysqlcdc.operators._spark import MySqlCdcSparkSubmitOperator, job_path
 
 
@@ -51,13 +52,18 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         ``stream_readers``, the stream's share of the connection's ``server_id_range``
     :param max_bytes_per_trigger: binlog bytes one micro-batch may take
     :param apply_threads: tables of one micro-batch applied at once (default 4; 1 = one by one)
+    :param schema_change_policy: what a DDL of a captured table does — ``lenient`` (default: the lake
+        keeps what it holds), ``evolve`` (the lake follows the source), ``fail`` (stop before it);
+        README "Schema changes". Takes effect when the stream (re)starts.
     :param start_timeout: seconds a detached stream has to report running
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
     :param kwargs: the CDC arguments of :class:`MySqlCdcSparkSubmitOperator` and every argument of
         ``SparkSubmitOperator``
     """
 
-    template_fields: Sequence[str] = (*MySqlCdcSparkSubmitOperator.template_fields, "snapshot_summaries", "stream_mode")
+    template_fields: Sequence[str] = (
+        *MySqlCdcSparkSubmitOperator.template_fields, "snapshot_summaries", "stream_mode", "schema_change_policy",
+    )
     ui_color = "#e6f5e6"
 
     def __init__(
@@ -70,6 +76,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         max_bytes_per_trigger: int | None = None,
         apply_memory_mb: int | None = None,
         apply_threads: int | None = None,
+        schema_change_policy: str | None = None,
         maintenance_interval_seconds: float | None = None,
         vacuum_retention_hours: float | None = None,
         start_timeout: float = 300.0,
@@ -85,6 +92,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.max_bytes_per_trigger = max_bytes_per_trigger
         self.apply_memory_mb = apply_memory_mb
         self.apply_threads = apply_threads
+        self.schema_change_policy = schema_change_policy
         self.maintenance_interval_seconds = maintenance_interval_seconds
         self.vacuum_retention_hours = vacuum_retention_hours
         self.start_timeout = start_timeout
@@ -108,6 +116,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
             args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
         if self.apply_threads:
             args += ["--apply-threads", str(int(self.apply_threads))]
+        if self.schema_change_policy:
+            args += ["--schema-change-policy", check_policy(str(self.schema_change_policy))]
         if self.maintenance_interval_seconds is not None:
             args += ["--maintenance-interval", str(float(self.maintenance_interval_seconds))]
         if self.vacuum_retention_hours is not None:

@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -227,7 +227,8 @@ class DeltaSink:
             adds = [f for p, f in wanted.items() if p not in have]
             return removes, _add_actions(uri, adds, primary_key or [], now, storage=self.storage)
 
-        version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True)
+        version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True,
+                                                     new_schema=True)  # fmt: skip
         self.claim(table)  # a taken-over table is this pipeline's from its re-snapshot on
         if version is None:
             log.info("%s: already holds exactly the re-snapshot's %d files", table, len(wanted))
@@ -245,8 +246,13 @@ class DeltaSink:
         schema: pa.Schema,
         metadata: dict[str, Any],
         skip_if_unchanged: bool,
+        new_schema: bool = False,
     ) -> tuple[int | None, int, int]:
         """Commit ``actions(current files, now)`` as one transaction, retrying on a concurrent commit.
+
+        ``new_schema``: the files replace the whole table and ``schema`` becomes its schema (a
+        re-snapshot of a table whose columns changed: delta-rs writes the new metadata only in
+        overwrite mode).
 
         Every attempt re-reads the table and recomputes its actions, so a retry after a conflict (a
         version taken, or a MERGE that rewrote files this commit read) is safe.
@@ -256,14 +262,16 @@ class DeltaSink:
             self.check_owner(table, dt)
             current = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
             have = dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
-            removes, adds = actions(have, int(time.time() * 1000))
-            if skip_if_unchanged and not removes and not adds:
+            changed = new_schema and _columns(delta_arrow_schema(dt)) != _columns(schema)
+            # an overwrite removes every current file itself: add them all, remove none
+            removes, adds = actions({} if changed else have, int(time.time() * 1000))
+            if skip_if_unchanged and not removes and not adds and not changed:
                 return None, 0, 0
             commit_id = uuid.uuid4().hex
             try:
                 dt.create_write_transaction(
                     [*removes, *adds],
-                    mode="append",
+                    mode="overwrite" if changed else "append",
                     schema=schema,
                     commit_properties=CommitProperties(
                         custom_metadata={"mysqlcdc": json.dumps(metadata), COMMIT_ID: commit_id}
@@ -317,13 +325,21 @@ class DeltaSink:
         new_schema: pa.Schema,
         primary_key: Sequence[str] | None = None,
         *,
+        drop_columns: Sequence[str] = (),
+        rename_columns: Mapping[str, str] | None = None,
         before_commit: Callable[[], None] | None = None,
     ) -> SchemaEvolution:
         """Make the Delta table of ``table`` follow a source ``ALTER TABLE``; idempotent.
 
         See :func:`~airflow_provider_mysqlcdc.sinks.delta_schema.evolve_table_schema`.
         """
-        return evolve_table_schema(self, table, new_schema, primary_key, before_commit=before_commit)
+        return evolve_table_schema(self, table, new_schema, primary_key, drop_columns=drop_columns,
+                                   rename_columns=rename_columns, before_commit=before_commit)  # fmt: skip
+
+
+def _columns(schema: pa.Schema) -> list[tuple[str, str]]:
+    """Names and types, string kinds folded: what makes two table schemas the same for a swap."""
+    return [(f.name, str(f.type).replace("large_", "").replace("_view", "")) for f in schema]
 
 
 def _recorded_owner(dt: DeltaTable) -> str | None:

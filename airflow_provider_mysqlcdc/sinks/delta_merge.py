@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, Transaction
 
@@ -160,6 +160,43 @@ def merge_changes(
         f"could not apply batch {app_id}/{version} to {table}: {COMMIT_ATTEMPTS} attempts conflicted with "
         "concurrent commits; is another job writing this table?"
     )
+
+
+def replace_rows(
+    sink: DeltaSink, table: str, rows: pa.Table | pa.RecordBatchReader, app_id: str, version: int
+) -> bool:
+    """Make ``rows`` the whole content of ``table`` in one commit, at most once per batch id.
+
+    What a micro-batch holding a TRUNCATE (or a DROP, policy ``evolve``) of the table applies: the
+    rows its changes after the DDL leave (docs/architecture.md, "Schema changes"). One overwrite
+    commit tagged ``(app_id, version)`` like :func:`merge_changes`, so a reader sees the table
+    before the batch or after it, never empty in between, and a replay skips it. Returns True when
+    this call committed."""
+    for attempt in range(COMMIT_ATTEMPTS):
+        dt = sink.open(table)
+        sink.check_owner(table, dt)
+        done = dt.transaction_version(app_id)
+        if done is not None and done >= version:
+            log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+            return False
+        target = delta_arrow_schema(dt)
+        data = rows if isinstance(rows, pa.RecordBatchReader) else conform_upserts(table, target, rows)
+        commit = CommitProperties(
+            app_transactions=[Transaction(app_id, version)],
+            custom_metadata={"mysqlcdc": json.dumps({"app_id": app_id, "version": version, "replaced": True})},
+        )
+        try:
+            write_deltalake(dt, data, mode="overwrite", commit_properties=commit)
+        except CommitFailedError as exc:
+            if isinstance(rows, pa.RecordBatchReader):
+                raise  # consumed: the caller retries the batch
+            log.info("%s: replacing the rows of batch %s/%s conflicted (%s); retrying",
+                     table, app_id, version, str(exc).splitlines()[0])  # fmt: skip
+            time.sleep(min(0.05 * (attempt + 1), 1.0))
+            continue
+        log.info("%s: batch %s/%s replaced the table's rows (version %s)", table, app_id, version, dt.version())
+        return True
+    raise RuntimeError(f"could not replace the rows of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
 
 
 def conform_upserts(table: str, target: pa.Schema, upserts: pa.Table) -> pa.Table:

@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,10 +51,12 @@ class SchemaEvolution:
     widened: tuple[tuple[str, str, str], ...] = ()  # (column, old arrow type, new arrow type)
     rewritten: bool = False  # True: every data file was rewritten (cost ~ the table's size)
     version: int | None = None  # the Delta version of the change; None when nothing changed
+    dropped: tuple[str, ...] = ()
+    renamed: tuple[tuple[str, str], ...] = ()  # (old name, new name)
 
     @property
     def changed(self) -> bool:
-        return bool(self.added or self.widened)
+        return bool(self.added or self.widened or self.dropped or self.renamed)
 
 
 def table_description(table: str, primary_key: Sequence[str]) -> str:
@@ -68,6 +70,8 @@ def evolve_table_schema(
     new_schema: pa.Schema,
     primary_key: Sequence[str] | None = None,
     *,
+    drop_columns: Sequence[str] = (),
+    rename_columns: Mapping[str, str] | None = None,
     before_commit: Callable[[], None] | None = None,
 ) -> SchemaEvolution:
     """Make the Delta table of ``table`` follow a source ``ALTER TABLE``; idempotent.
@@ -91,6 +95,10 @@ def evolve_table_schema(
       makes delta-rs treat the rewrite as a read of the whole table, so a concurrent append
       conflicts (and the rewrite is retried) instead of surviving with the old physical type.
 
+    * **dropped and renamed columns**, only those named in ``drop_columns`` / ``rename_columns``
+      (old -> new; the schema-change policy ``evolve`` asks for them, core/schema_policy.py): the
+      same whole-table rewrite, since delta-rs cannot drop or rename a column without column mapping.
+
     Anything else — a narrowing, a type family change (e.g. INT -> VARCHAR, DECIMAL(40,..) ->
     text), a dropped or renamed column, a changed primary key (``primary_key`` is compared with
     the key :meth:`DeltaSink.prepare_table` recorded) — raises :class:`UnsupportedSchemaChange` naming the
@@ -103,7 +111,11 @@ def evolve_table_schema(
         dt = sink.open(table)
         sink.check_owner(table, dt)
         current = delta_arrow_schema(dt)
-        added, widened, problems = _schema_diff(current, new_schema)
+        # idempotent: a rename or drop the table already has is not done again
+        renames = {a: b for a, b in (rename_columns or {}).items() if a in current.names and b not in current.names}
+        drops = [c for c in drop_columns if c in current.names]
+        view = pa.schema([f.with_name(renames.get(f.name, f.name)) for f in current if f.name not in drops])
+        added, widened, problems = _schema_diff(view, new_schema)
         if primary_key is not None:
             problems.extend(_primary_key_problems(dt, list(primary_key)))
         if problems:
@@ -112,28 +124,30 @@ def evolve_table_schema(
                 + "; ".join(problems)
                 + f". Re-snapshot {table} (backfill it from the DAG's trigger form) to rebuild its Delta table"
             )
-        if not added and not widened:
+        if not added and not widened and not renames and not drops:
             return SchemaEvolution(table)
         new_fields = [pa.field(name, new_schema.field(name).type, nullable=True) for name in added]
         commit = CommitProperties(custom_metadata={"mysqlcdc": json.dumps({
-            "schema_change": {"added": added, "widened": [[n, str(a), str(b)] for n, a, b in widened]},
+            "schema_change": {"added": added, "widened": [[n, str(a), str(b)] for n, a, b in widened],
+                              "dropped": drops, "renamed": renames},
         })})  # fmt: skip
         if before_commit is not None:
             before_commit()
         try:
-            if not widened:
+            if not widened and not renames and not drops:
                 dt.alter.add_columns([Field.from_arrow(f) for f in new_fields], commit_properties=commit)
                 log.info("%s: added columns %s (metadata-only commit, version %s)", table, added, dt.version())
                 return SchemaEvolution(table, tuple(added), (), False, dt.version())
-            version = _rewrite_with_schema(dt, current, widened, new_fields, commit)
+            version = _rewrite_with_schema(dt, current, widened, new_fields, commit, renames, drops)
         except CommitFailedError as exc:
             log.info("%s: schema change conflicted with a concurrent commit (%s); retrying",
                      table, str(exc).splitlines()[0])  # fmt: skip
             time.sleep(min(0.05 * (attempt + 1), 1.0))
             continue
         changes = tuple((n, str(a), str(b)) for n, a, b in widened)
-        log.info("%s: widened %s, added %s by rewriting the table (version %s)", table, changes, added, version)
-        return SchemaEvolution(table, tuple(added), changes, True, version)
+        log.info("%s: widened %s, added %s, dropped %s, renamed %s by rewriting the table (version %s)",
+                 table, changes, added, drops, renames, version)  # fmt: skip
+        return SchemaEvolution(table, tuple(added), changes, True, version, tuple(drops), tuple(renames.items()))
     raise RuntimeError(f"could not change the schema of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
 
 
@@ -143,10 +157,19 @@ def _rewrite_with_schema(
     widened: list[tuple[str, pa.DataType, pa.DataType]],
     new_fields: list[pa.Field],
     commit: CommitProperties,
+    renames: Mapping[str, str] | None = None,
+    drops: Sequence[str] = (),
 ) -> int:
-    """Rewrite every row of ``dt`` with the widened schema (plus new NULL columns) in one commit."""
+    """Rewrite every row of ``dt`` with the widened schema (plus new NULL columns, minus dropped
+    ones, renamed ones under their new names) in one commit."""
+    renames = renames or {}
     wider = {name: new for name, _, new in widened}
-    final = pa.schema([pa.field(f.name, wider.get(f.name, f.type), nullable=True) for f in current] + new_fields)
+    kept = [f for f in current if f.name not in drops]
+    source = {renames.get(f.name, f.name): f.name for f in kept}
+    final = pa.schema(
+        [pa.field(renames.get(f.name, f.name), wider.get(renames.get(f.name, f.name), f.type), nullable=True)
+         for f in kept] + new_fields
+    )  # fmt: skip
     # A DataFusion scan of the snapshot that ``dt`` holds; consumed batch by batch by the writer.
     scan = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", dt).execute("SELECT * FROM t"))
 
@@ -154,9 +177,10 @@ def _rewrite_with_schema(
         for batch in scan:
             names = batch.schema.names
             columns = [
-                batch.column(f.name).cast(f.type) if f.name in names else pa.nulls(batch.num_rows, f.type)
+                batch.column(source[f.name]).cast(f.type) if source.get(f.name) in names
+                else pa.nulls(batch.num_rows, f.type)
                 for f in final
-            ]
+            ]  # fmt: skip
             yield pa.RecordBatch.from_arrays(columns, schema=final)
 
     write_deltalake(
@@ -210,8 +234,8 @@ def _schema_diff(
             continue  # the sink's own columns (metadata_columns), not the source's
         if f.name not in new.names:
             problems.append(
-                f"column {f.name!r} was dropped or renamed (delta-rs cannot drop a column without column mapping, "
-                "and keeping it would leave stale values in updated rows)"
+                f"column {f.name!r} was dropped or renamed, and this change does not name it to drop or rename "
+                "(the stream's schema_change_policy decides: evolve drops or renames it, lenient keeps it)"
             )
             continue
         old_t, new_t = _normalized(f.type), _normalized(new.field(f.name).type)

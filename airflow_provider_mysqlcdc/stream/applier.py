@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
+from airflow_provider_mysqlcdc.core.change_block import changes_after, decode_blocks, fold_block
 from airflow_provider_mysqlcdc.core.changelog import changes_to_changelog
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import maintain_table
+from airflow_provider_mysqlcdc.sinks.delta_merge import replace_rows
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
@@ -79,6 +80,8 @@ class BatchApplier:
         self.lake = {t: lake_schema(a, t in self.metadata) for t, a in self.arrow.items()}
         self.pks = {t: list(e.merge_key) for t, e in manifest.tables.items()}
         self.schema_positions = {t: e.schema_position for t, e in manifest.tables.items() if e.schema_position}
+        # offsets where a followed TRUNCATE/DROP emptied a table (policy evolve, stream/schema_follow.py)
+        self.emptied = {t: {o.sort_key() for o in e.emptied_at} for t, e in manifest.tables.items() if e.emptied_at}
         self.app_id = manifest.app_id(store.pipeline_id)
         self.batches = 0
         # what the status file says between batches; a large batch's progress is written on top of it
@@ -130,6 +133,7 @@ class BatchApplier:
         into upserts and delete keys, then applied as one commit tagged ``(app_id, batch_id)``.
         """
         t0 = t0 if t0 is not None else time.monotonic()
+        cuts: dict[str, BinlogOffset] = {}
         blobs: dict[str, list[bytes]] = defaultdict(list)
         staged: dict[str, list[dict[str, Any]]] = defaultdict(list)
         counts: dict[str, int] = defaultdict(int)
@@ -138,6 +142,7 @@ class BatchApplier:
         if data.num_rows:
             stop_before_unfollowed_ddl(self.store, data, batch_id, self.schema_positions)
             meta = data.select(["tbl", "kind", "rows", "file", "pos", "commit_ts", "info"]).to_pylist()
+            cuts = self._empty_points(meta)
             invalid = [r for r in meta if r["kind"] == "invalid" and r["tbl"] in self.arrow]
             if invalid:
                 r = invalid[0]
@@ -167,6 +172,8 @@ class BatchApplier:
         bounded: dict[str, dict[str, Any]] = {}
         in_memory: list[str] = []
         needed = 0
+        for t, cut in sorted(cuts.items()):
+            self._apply_emptied(t, blobs.pop(t, []), staged.pop(t, []), cut, batch_id)
         for t in sorted(set(blobs) | set(staged)):
             nbytes = sum(len(b) for b in blobs[t]) + sum(int(f["bytes"]) for f in staged[t])
             if staged[t] or nbytes * FOLD_MEMORY_FACTOR > memory:
@@ -212,6 +219,40 @@ class BatchApplier:
         log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status.rows, dict(counts), lag_text, status.seconds)
         self.batches += 1
         return dict(counts)
+
+    def _empty_points(self, meta: list[dict[str, Any]]) -> dict[str, BinlogOffset]:
+        """Per table, the last DDL of this batch at which the table is emptied (a followed TRUNCATE or
+        DROP under policy evolve)."""
+        cuts: dict[str, BinlogOffset] = {}
+        for r in meta:
+            t = r["tbl"]
+            if r["kind"] == "ddl" and t in self.emptied:
+                at = BinlogOffset(r["file"], int(r["pos"]))
+                if at.sort_key() in self.emptied[t] and (t not in cuts or at > cuts[t]):
+                    cuts[t] = at
+        return cuts
+
+    def _apply_emptied(
+        self, table: str, blobs: list[bytes], staged: list[dict[str, Any]], cut: BinlogOffset, batch_id: int
+    ) -> None:
+        """A batch in which ``table`` was emptied at ``cut``: the table becomes what its changes after
+        ``cut`` leave, in one commit (``replace_rows``). The changelog gets every change of the batch.
+        Folded in memory: a TRUNCATE's batch is bounded by the stream's batch size, not by the table."""
+        blocks = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs]
+        for f in staged:
+            blocks.extend(pa.Table.from_batches([blk]) for blk in read_staged_blocks(f["path"], self.store.storage))
+        if blocks and self.manifest.tables[table].changelog:
+            logged = [changes_to_changelog(b, self.arrow[table]) for b in blocks]
+            append_changes(self.sink, table, self.arrow[table], logged, self.app_id, batch_id)
+        later = [changes_after(b, cut.sort_key()) for b in blocks]
+        block = pa.concat_tables(later).sort_by("seq") if later else None
+        if block is not None and block.num_rows:
+            upserts, _ = fold_block(block, self.pks[table], table in self.metadata)
+            rows = upserts.cast(self.lake[table])
+        else:
+            rows = self.lake[table].empty_table()
+        replace_rows(self.sink, table, rows, self.app_id, batch_id)
+        log.info("batch %d: %s emptied at %s; %d rows written after it", batch_id, table, cut, rows.num_rows)
 
     def _apply_in_memory(self, table: str, blobs: list[bytes], batch_id: int) -> None:
         """One table's changes of a batch: changelog append, fold, one MERGE (each once per batch id)."""

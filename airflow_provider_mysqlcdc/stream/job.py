@@ -62,9 +62,10 @@ def run_stream(
     (tables added or re-snapshotted: ``pipeline.finalize_run``) pauses the query and restarts it with
     the new manifest in the same Spark application."""
     stop_event = stop_event or threading.Event()  # one event: signals reach a paused stream too
+    policy = (options or StreamOptions()).schema_change_policy
     while True:
         if store.exists(SCHEMA_CHANGE):  # a crash after a batch met a DDL: follow it first
-            follow_schema_change(store, sink, settings)
+            follow_schema_change(store, sink, settings, policy)
         checkpoint = checkpoint_copy(store, options)
         query = start_stream(spark, settings, store, sink, options, checkpoint)
         try:
@@ -79,7 +80,7 @@ def run_stream(
                 continue  # the hand-over is done: the same application runs the new manifest
             return
         try:
-            tables = follow_schema_change(store, sink, settings)
+            tables = follow_schema_change(store, sink, settings, policy)
         except StreamSchemaError as exc:
             if recorder is not None:
                 recorder.write(state="failed", error=str(exc))

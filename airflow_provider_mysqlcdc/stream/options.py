@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, check_policy
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
 
 
@@ -31,6 +32,8 @@ class StreamOptions:
     # batch touching many tables overlaps their commits. Only when the in-memory tables' folds fit
     # apply_memory_mb together; otherwise they go one by one.
     apply_threads: int = 4
+    # What the stream does with a DDL of a captured table (core/schema_policy.py): evolve, lenient, fail.
+    schema_change_policy: str = DEFAULT_SCHEMA_CHANGE_POLICY
     # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
     maintenance: MaintenancePolicy = field(default_factory=MaintenancePolicy)
     # Environment variables holding the source connection and the lake's storage options. A job
@@ -45,6 +48,7 @@ class StreamOptions:
             raise ValueError(f"apply_memory_mb must be at least 16, got {self.apply_memory_mb}")
         if self.apply_threads < 1:
             raise ValueError(f"apply_threads must be at least 1, got {self.apply_threads}")
+        check_policy(self.schema_change_policy)
 
     def source_options(self) -> dict[str, str]:
         out: dict[str, str] = {}

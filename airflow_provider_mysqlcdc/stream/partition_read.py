@@ -121,7 +121,8 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     manifest = reader.manifest
     flt = manifest.handoff_filter()
     schemas = manifest.schemas()
-    added = {t: tuple(manifest.tables[t].added_columns) for t in schemas}
+    added = {t: tuple(manifest.tables[t].optional_columns) for t in schemas}
+    renamed = {t: e.renamed_columns for t, e in manifest.tables.items() if e.renamed_columns}
     converters = {t: binlog_values.binlog_row_converter(s, added[t]) for t, s in schemas.items()}
     key_cols = {t: tuple(m.chunk_key_columns) for t, m in manifest.tables.items()}
     # a table with a changelog keeps every column of its before images (core/changelog.py)
@@ -138,6 +139,9 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     start, end = BinlogOffset.from_dict(part.start), BinlogOffset.from_dict(part.end)
     emit_from = BinlogOffset.from_dict(part.emit_from) if part.emit_from else None
     emit_to = BinlogOffset.from_dict(part.emit_to) if part.emit_to else None
+    # A table whose capture ended (DROP/RENAME, stream/schema_follow.py) before this range is not
+    # read at all: a table created again under its name may have another shape.
+    read_tables = [t for t in reader.tables if (e := manifest.tables[t].ended_at) is None or not e < start]
     # Output beyond max_inline_bytes goes to staged files instead of through Spark (see
     # stream/staged_blocks.py); None when the query has no staging directory.
     staged = StagedBlockWriter(reader.staging, part.batch, part.index, reader.storage) if reader.staging else None
@@ -189,8 +193,8 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     deadline: float | None = None
     attempt = 0
     while True:
-        rr = BinlogRangeReader(reader._settings(), pos, end, reader.tables, part.server_id, blocking=False,
-                               convert=convert, ddl=True, schemas=schemas, added_columns=added,
+        rr = BinlogRangeReader(reader._settings(), pos, end, read_tables, part.server_id, blocking=False,
+                               convert=convert, ddl=True, schemas=schemas, added_columns=added, renamed_columns=renamed,
                                key_columns=key_only, emit_from=emit_from, emit_to=emit_to)  # fmt: skip
         cur_tx: BinlogOffset | None = None
         n_in_tx = 0

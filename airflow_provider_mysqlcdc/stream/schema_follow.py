@@ -1,11 +1,10 @@
-"""Following a source ``ALTER TABLE`` in the stream: stop the batch that meets it, then follow it.
+"""Following a source DDL in the stream: stop the batch that meets it, then follow it as the policy says.
 
 Why two steps: the rows of a micro-batch after a DDL were decoded with the old schema (a new
 column's values dropped), so none of the batch may be applied. The batch records the DDL in the
 state store and fails (:func:`stop_before_unfollowed_ddl`); the job then evolves the Delta tables
 and the manifest (:func:`follow_schema_change`) and restarts the query from its checkpoint, which
-runs the same batch again, decoded with the new schema (docs/architecture.md, "The binlog event
-state machine").
+runs the same batch again, decoded with the new schema (docs/architecture.md, "Schema changes").
 """
 
 from __future__ import annotations
@@ -15,12 +14,22 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.ddl import column_renames, is_table_swap
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.schema_policy import (
+    DEFAULT_SCHEMA_CHANGE_POLICY,
+    column_diff,
+    decide_alter,
+    decide_table_ddl,
+)
 from airflow_provider_mysqlcdc.core.stream_state import PendingDdl, SchemaChange
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
@@ -28,6 +37,9 @@ from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_schema import UnsupportedSchemaChange
 from airflow_provider_mysqlcdc.state import SCHEMA_CHANGE, StateStore
+
+SCHEMA_HISTORY = "stream/schema-history.json"  # what the stream did with each DDL it met (the last ones)
+HISTORY_KEPT = 200
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +77,17 @@ def stop_before_unfollowed_ddl(
         raise SchemaChangeReached("; ".join(what))
 
 
-def follow_schema_change(store: StateStore, sink: DeltaSink, settings: ConnectionSettings) -> list[str]:
-    """Follow the DDL :func:`stop_before_unfollowed_ddl` recorded: evolve the Delta tables and the manifest.
+def follow_schema_change(
+    store: StateStore, sink: DeltaSink, settings: ConnectionSettings, policy: str = DEFAULT_SCHEMA_CHANGE_POLICY
+) -> list[str]:
+    """Follow the DDL :func:`stop_before_unfollowed_ddl` recorded, as ``policy`` says
+    (core/schema_policy.py): evolve the Delta tables, record the decisions in the manifest.
 
-    ``ALTER TABLE`` that adds columns or widens types is followed (the table's current definition is
-    read from the server; older rows read NULL in added columns). Anything else — TRUNCATE, DROP,
-    RENAME, CREATE OR REPLACE, a changed primary key, a dropped or narrowed column — raises
-    :class:`StreamSchemaError`: nothing at or after the DDL has been applied, and re-snapshotting
-    the table (backfill) moves its filters past the DDL.
+    An ALTER is judged by what it did to the columns: the table's definition is read from the
+    server and compared with the manifest's (renames come from the statements). TRUNCATE, DROP,
+    RENAME and CREATE OR REPLACE are recorded as offsets the applier empties the table at and/or
+    capture ends at. Raises :class:`StreamSchemaError` where the policy says stop or nothing can
+    follow; nothing at or after the DDL has been applied then, and the message names the fix.
     """
     rec = store.read_schema_change()
     if rec is None:
@@ -82,42 +97,88 @@ def follow_schema_change(store: StateStore, sink: DeltaSink, settings: Connectio
     by_table: dict[str, list[PendingDdl]] = defaultdict(list)
     for c in rec.changes:
         by_table[c.table].append(c)
-    fix = "Re-snapshot {t}: trigger the DAG with resnapshot_tables=['{t}'] (the stream then resumes past this DDL)"
-    followed = []
+    done: list[dict[str, Any]] = []
     for t, changes in by_table.items():
-        last = max(c.offset for c in changes)
-        for c in changes:
-            if c.kind != "alter":
-                raise StreamSchemaError(
-                    f"{c.kind.upper()} of {t} at {c.offset} ({c.sql[:200]}): the "
-                    f"binlog has no row changes for it, so the Delta table cannot follow. {fix.format(t=t)}. "
-                    "The stream stopped before it; nothing after it was applied"
-                )
         entry = manifest.tables[t]
-        old = entry.schema
-        try:
-            with settings.connect() as conn:
-                new = read_table_schema(conn, TableId.parse(t))
-        except SourceSchemaError as exc:
-            msg = f"{t} changed at {last} and cannot be read now ({exc}). {fix.format(t=t)}"
-            raise StreamSchemaError(msg) from None
-        if [c.lower() for c in new.primary_key] != [c.lower() for c in old.primary_key]:
-            raise StreamSchemaError(
-                f"the primary key of {t} changed at {last} (from {old.primary_key} to {new.primary_key}): rows are "
-                f"merged by that key. {fix.format(t=t)}"
-            )
-        try:
-            evo = sink.evolve_schema(t, cdc_types.arrow_schema(new), new.merge_key(entry.chunk_key_columns))
-        except UnsupportedSchemaChange as exc:
-            raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
-        old_names = {c.name.lower() for c in old.columns}
-        added = [c.name for c in new.columns if c.name.lower() not in old_names]
-        entry.follow_ddl(new, added, last)
-        followed.append(t)
-        log.info("followed the DDL of %s at %s: added %s, widened %s", t, last, list(evo.added), list(evo.widened))
+        changes = sorted(changes, key=lambda c: c.offset)
+        ending = next((c for c in changes if c.kind != "alter" and c.kind != "truncate"), None)
+        alters = [c for c in changes if c.kind == "alter" and (ending is None or c.offset < ending.offset)]
+        if alters:
+            done.append(_follow_alters(sink, settings, t, entry, alters, policy, ending is not None))
+        for c in changes:
+            if c.kind == "alter" or entry.ended_at is not None:
+                continue
+            statement = f"{c.kind.upper()} of {t} at {c.offset} ({c.sql[:200]})"
+            swap = c.kind == "rename" and is_table_swap(c.sql, t.split(".", 1)[0], t)
+            action = decide_table_ddl(t, c.kind, policy, statement, swap)
+            if action.stop:
+                raise StreamSchemaError(action.stop)
+            if action.empty:
+                entry.emptied_at = sorted(set(entry.emptied_at) | {c.offset})
+            if action.end:
+                entry.ended_at = c.offset
+            done.append({"table": t, "ddl": statement, "policy": policy, "done": action.note})
+            log.info("%s (policy %s): %s", statement, policy, action.note)
+        entry.schema_position = max(c.offset for c in changes)
     store.write_manifest(manifest)
+    history = store.read_json(SCHEMA_HISTORY, default=[]) or []
+    store.write_json(SCHEMA_HISTORY, (history + [{**d, "at": time.time()} for d in done])[-HISTORY_KEPT:])
     store.delete(SCHEMA_CHANGE)
-    return followed
+    return sorted(by_table)
+
+
+def _follow_alters(
+    sink: DeltaSink,
+    settings: ConnectionSettings,
+    t: str,
+    entry: CapturedTable,
+    alters: list[PendingDdl],
+    policy: str,
+    ends: bool,
+) -> dict[str, Any]:
+    """Follow a table's ALTERs of one batch: one decision for their combined effect on its columns."""
+    last = alters[-1].offset
+    statement = f"ALTER of {t} at {last} ({alters[-1].sql[:200]})"
+    fix = f"Re-snapshot {t}: trigger the DAG with resnapshot_tables=['{t}'] (the stream then resumes past this DDL)"
+    try:
+        with settings.connect() as conn:
+            new = read_table_schema(conn, TableId.parse(t))
+    except SourceSchemaError as exc:
+        if ends:  # dropped later in the same batch: nothing after the drop is captured anyway
+            return {"table": t, "ddl": statement, "policy": policy, "done": "not followed: the table was dropped"}
+        raise StreamSchemaError(f"{t} changed at {last} and cannot be read now ({exc}). {fix}") from None
+    retired = {c.lower() for c in entry.retired_columns}
+    source = entry.source_schema
+    renames: dict[str, str] = {}
+    for c in alters:
+        renames.update(column_renames(c.sql))
+    diff = column_diff(source, new, renames)
+    action = decide_alter(t, diff, policy, statement)
+    if action.stop:
+        raise StreamSchemaError(action.stop)
+    keep = [c for c in entry.schema.columns if c.name.lower() in retired or c.name in action.retire_columns]
+    keep = [c for c in keep if c.name.lower() not in {n.name.lower() for n in new.columns}]  # added back: live again
+    lake = replace(new, columns=new.columns + [replace(c, nullable=True) for c in keep])
+    try:
+        evo = sink.evolve_schema(t, cdc_types.arrow_schema(lake), lake.merge_key(entry.chunk_key_columns),
+                                 drop_columns=action.drop_columns, rename_columns=action.rename_columns)  # fmt: skip
+    except UnsupportedSchemaChange as exc:
+        raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
+    old_names = {c.name.lower() for c in entry.schema.columns}
+    added = [c.name for c in new.columns if c.name.lower() not in old_names]
+    entry.follow_ddl(lake, added, last)
+    entry.retired_columns = [c.name for c in keep]
+    entry.renamed_columns = _composed(entry.renamed_columns, action.rename_columns)
+    log.info("%s (policy %s): %s; Delta table: added %s, widened %s, dropped %s, renamed %s", statement, policy,
+             action.note, list(evo.added), list(evo.widened), list(evo.dropped), list(evo.renamed))  # fmt: skip
+    return {"table": t, "ddl": statement, "policy": policy, "done": action.note}
+
+
+def _composed(earlier: dict[str, str], now: Mapping[str, str]) -> dict[str, str]:
+    """Old -> current names after ``now`` renamed some columns again (a -> b, then b -> c: a -> c)."""
+    out = {a: now.get(b, b) for a, b in earlier.items()}
+    out.update({a: b for a, b in now.items() if a not in out.values()})
+    return {a: b for a, b in out.items() if a != b}
 
 
 __all__ = ["SchemaChangeReached", "StreamSchemaError", "follow_schema_change", "stop_before_unfollowed_ddl"]

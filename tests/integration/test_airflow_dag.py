@@ -316,6 +316,8 @@ def test_bad_params_are_refused_before_any_spark_job(pipeline: dict) -> None:
         run_dag(dag, {**base, "chunk_key_columns": {"cdc.t_int": []}})
     with pytest.raises(ParamValidationError, match="startup_mode"):
         run_dag(dag, {**base, "startup_mode": "sometimes"})
+    with pytest.raises(ParamValidationError, match="schema_change_policy"):
+        run_dag(dag, {**base, "schema_change_policy": "ignore-everything"})
     for conf in ({"tables": ["cdc.no_such_table"]}, {"chunk_size": 0}):  # no silent clamping of 0 to 1
         run = run_dag(dag, {**base, **conf})
         assert run.state == "failed"

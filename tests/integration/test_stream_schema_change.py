@@ -3,8 +3,9 @@
 The stream runs in this process (``run_stream`` in a thread, Spark local[2]) over a snapshotted
 table. ``ADD COLUMN`` and a type widening are run between writes — some in the same micro-batch
 as rows written before and after them — and the Delta table must then equal the source, column
-for column (rows older than the ADD COLUMN read NULL there, as they do in the source). A TRUNCATE
-must stop the stream with a message naming the fix, with every change before it applied.
+for column (rows older than the ADD COLUMN read NULL there, as they do in the source). Under the
+``fail`` policy a TRUNCATE must stop the stream with a message naming the fix, with every change
+before it applied (every DDL under every policy: test_schema_policy.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from airflow_provider_mysqlcdc.sinks.delta_changelog import read_changelog
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
+from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError
 from tests.support.stream_thread import StreamThread, snapshot_tables
 from tests.support.verify import compare
@@ -35,7 +37,13 @@ def _equal(settings: Any, sink: DeltaSink, table: str) -> None:
 
 
 @pytest.fixture
-def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: Any):  # type: ignore[no-untyped-def]
+def stream_policy() -> str:
+    return "lenient"
+
+
+@pytest.fixture
+def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: Any,  # type: ignore[no-untyped-def]
+              stream_policy: str):  # fmt: skip
     mariadb.execute(
         f"CREATE TABLE `{db}`.t (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))",
         f"INSERT INTO `{db}`.t SELECT seq, seq, CONCAT('n', seq) FROM seq_1_to_3000",
@@ -45,7 +53,8 @@ def streaming(mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: An
     store, sink = StateStore(str(tmp_path / "state"), "ddl"), DeltaSink(str(tmp_path / "lake"))
     snapshot_tables(spark, cdc_settings, store, sink, [table], 500, 4)
     store.write_manifest(store.read_manifest().with_changelogs({table: True}))  # the changelog follows DDL too
-    th = StreamThread(spark, cdc_settings, store, sink, run_id="schema-test-1").start_running()
+    opts = StreamOptions(trigger_seconds=0.5, schema_change_policy=stream_policy)
+    th = StreamThread(spark, cdc_settings, store, sink, run_id="schema-test-1", options=opts).start_running()
     yield mariadb, db, table, store, sink, th
     th.stop_event.set()
     th.join(timeout=120)
@@ -96,6 +105,7 @@ def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_setti
     assert rows[-1]["after"]["extra"] == "later" and rows[-1]["after"]["v"] == 2 * rows[-1]["before"]["v"]
 
 
+@pytest.mark.parametrize("stream_policy", ["fail"])
 def test_truncate_stops_the_stream_and_a_resnapshot_recovers(
     streaming: Any, cdc_settings: Any, spark: Any
 ) -> None:

@@ -30,9 +30,11 @@ def snapshot_tables(spark: Any, settings: Any, store: StateStore, sink: DeltaSin
 
 
 class StreamThread(threading.Thread):
-    def __init__(self, spark: Any, settings: Any, store: StateStore, sink: DeltaSink, run_id: str = "stream-test"):
+    def __init__(self, spark: Any, settings: Any, store: StateStore, sink: DeltaSink, run_id: str = "stream-test",
+                 options: StreamOptions | None = None):  # fmt: skip
         super().__init__(daemon=True)
         self.args = (spark, settings, store, sink)
+        self.options = options or StreamOptions(trigger_seconds=0.5)
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.recorder = StreamRunRecorder(store, run_id)
@@ -50,7 +52,7 @@ class StreamThread(threading.Thread):
     def run(self) -> None:
         spark, settings, store, sink = self.args
         try:
-            run_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5), self.recorder, self.stop_event)
+            run_stream(spark, settings, store, sink, self.options, self.recorder, self.stop_event)
         except BaseException as exc:  # the test reads it
             self.error = exc
 

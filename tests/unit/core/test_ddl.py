@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.ddl import ALTER, DROP, RENAME, REPLACE, TRUNCATE, TableDdl, table_ddl
+from airflow_provider_mysqlcdc.core.ddl import (
+    ALTER,
+    DROP,
+    RENAME,
+    REPLACE,
+    TRUNCATE,
+    TableDdl,
+    column_renames,
+    is_table_swap,
+    rename_pairs,
+    table_ddl,
+)
 
 CAPTURED = frozenset({"shop.orders", "shop.items", "sales.t"})
 
@@ -56,3 +67,31 @@ def test_converter_fills_only_columns_the_stream_added() -> None:
     # Any other missing column is an error: guessing would write NULLs over real data.
     with pytest.raises(ValueError, match="lacks columns"):
         binlog_row_converter(schema)({"id": 7})
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("ALTER TABLE t RENAME COLUMN a TO b", {"a": "b"}),
+        ("alter table `shop`.`t` rename column `we``ird` to `b`, add column c int", {"we`ird": "b"}),
+        ("ALTER TABLE t CHANGE COLUMN a b DECIMAL(10,2) NOT NULL DEFAULT '1,2', CHANGE c d INT", {"a": "b", "c": "d"}),
+        ("ALTER TABLE t CHANGE a a BIGINT", {}),  # same name: a MODIFY
+        ("ALTER TABLE t CHANGE a A BIGINT", {}),  # column names are case-insensitive
+        ("ALTER TABLE t ADD COLUMN rename_me INT, DROP COLUMN x", {}),
+        ("ALTER TABLE t ADD COLUMN j JSON CHECK (json_valid(j)), RENAME COLUMN x TO y", {"x": "y"}),
+        ("TRUNCATE t", {}),
+    ],
+)
+def test_column_renames(sql: str, expected: dict[str, str]) -> None:
+    assert column_renames(sql) == expected
+
+
+def test_rename_pairs_and_online_schema_change_swaps() -> None:
+    gh_ost = "RENAME /* gh-ost */ TABLE `shop`.`orders` TO `shop`.`_orders_del`, shop._orders_gho TO `shop`.`orders`"
+    assert rename_pairs(gh_ost, None) == [("shop.orders", "shop._orders_del"), ("shop._orders_gho", "shop.orders")]
+    assert is_table_swap(gh_ost, None, "shop.orders")
+    pt_osc = "RENAME TABLE orders TO _orders_old, _orders_new TO orders"
+    assert is_table_swap(pt_osc, "shop", "shop.orders")
+    assert not is_table_swap("RENAME TABLE orders TO orders_2024", "shop", "shop.orders")
+    assert not is_table_swap(pt_osc, "shop", "shop.items")
+    assert rename_pairs("ALTER TABLE orders ADD c INT", "shop") == []

@@ -254,3 +254,20 @@ def test_snapshots_plus_admitted_changes_give_the_final_source(h: tuple[Model, l
         if kept is not None:
             _apply(sink, kept)
     assert sink == states[-1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(models(), st.lists(changes(), min_size=1, max_size=20), st.integers(0, TICKS - 1))
+def test_nothing_after_the_ddl_that_ended_capture_passes(m: Model, chs: list[RowChange], end: int) -> None:
+    """A DROP/RENAME at ``end`` ended the table's capture: later changes are another table's."""
+    pairs = list(zip(m.chunks, m.hws, strict=True))
+    ended = HandoffFilter({TABLE: pairs}, None, {TABLE: off(end)})
+    for ch in chs:
+        got = admit(ch, ended, KEY)
+        if ch.tx_offset > off(end):
+            assert got is None
+        else:
+            assert _as_tuple(got) == m.reference(ch)
+        assert ended.emits(TABLE, [0], ch.tx_offset) == (ch.tx_offset <= off(end) and m.newer(0, ch.tx_offset))
+    drop = RowChange("s", TABLE, None, {"kind": "drop", "sql": "DROP TABLE t"}, off(end), (0, end))
+    assert _as_tuple(admit(drop, ended, KEY)) == m.reference(drop)  # the ending DDL itself is judged as before

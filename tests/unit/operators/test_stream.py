@@ -80,6 +80,13 @@ def test_stream_args() -> None:
         "1.0", "--readers", "4", "--max-bytes-per-trigger", "1048576", "--apply-memory-mb", "256",
         "--apply-threads", "2", "--maintenance-interval", "0.0", "--vacuum-retention-hours", "2.0",
     ]  # fmt: skip
+    evolve = MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
+                                    schema_change_policy="evolve")  # fmt: skip
+    assert evolve.stream_args("r1")[-2:] == ["--schema-change-policy", "evolve"]
+    assert "schema_change_policy" in MySqlCdcStreamOperator.template_fields
+    with pytest.raises(ValueError, match="evolve, lenient, fail"):
+        MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
+                               schema_change_policy="sometimes").stream_args("r1")  # fmt: skip
 
 
 def test_detached_launch_returns_the_handle_once_the_stream_runs(store: StateStore, tmp_path: Path) -> None:
