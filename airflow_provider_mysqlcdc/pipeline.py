@@ -41,6 +41,7 @@ from airflow_provider_mysqlcdc.core.config import RESOLVED_START_MODES, Pipeline
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import (
     CapturedTable,
+    CaptureSelection,
     Manifest,
     build_manifest,
     offset_table,
@@ -393,6 +394,8 @@ def finalize_run(
                 "earliest new high watermark; the captured tables' changes before %s are filtered out",
                 early, ckpt, new_generation, ckpt,
             )
+        # what the stream captures when a table is created while it runs: this run's selection
+        manifest.selection = CaptureSelection.from_dict(record.pipeline)
         store.write_manifest(manifest)
     _forget_schema_changes(store, set(new_tables))
     added = [t for t in new_tables if not old or t not in old.tables]

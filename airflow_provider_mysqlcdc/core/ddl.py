@@ -159,3 +159,30 @@ def is_table_swap(sql: str, default_db: str | None, table: str) -> bool:
     ``table`` still exists with the altered definition and the same rows."""
     pairs = rename_pairs(sql, default_db)
     return any(a == table for a, _ in pairs) and any(b == table for _, b in pairs)
+
+
+CREATE = "create"
+_CREATE = re.compile(rf"^CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?({_NAME})", re.I)
+
+
+def created_table(sql: str, default_db: str | None) -> str | None:
+    """The table (``db.table``) a ``CREATE TABLE`` statement creates, including ``CREATE TABLE ...
+    LIKE`` and ``... SELECT`` (temporary tables and ``CREATE OR REPLACE`` are not creations of a new
+    table: the first never reaches the binlog as rows, the second is :data:`REPLACE`)."""
+    m = _CREATE.match(_clean(sql))
+    return _qualify(m.group(1), default_db) if m else None
+
+
+_SHADOW = re.compile(r"^_(.+)_(gho|new)$")  # gh-ost's and pt-online-schema-change's shadow tables
+
+
+def shadow_of(table: str) -> str | None:
+    """The table ``table`` (``db.table``) is the shadow copy of in an online schema change —
+    ``db._t_gho`` (gh-ost) or ``db._t_new`` (pt-online-schema-change) of ``db.t`` — else None.
+
+    Why: the tool fills the shadow table through the binlog (row copies and replayed changes) and
+    renames it in under the original name at its cut-over; a stream that captured the shadow from
+    its CREATE can continue the original table from the shadow's rows at that point."""
+    db, _, name = table.partition(".")
+    m = _SHADOW.match(name)
+    return f"{db}.{m.group(1)}" if m and db else None

@@ -18,6 +18,8 @@ as one JSON document in the state store (docs/architecture.md, "The handoff")::
         renamed_columns old -> new names of columns the lake renamed (policy evolve)
         emptied_at      offsets of DDL at which the lake table was emptied (TRUNCATE/DROP, evolve)
         ended_at        the DROP/RENAME at which capture of the table ended
+        shadow_of       the captured table this one is a gh-ost / pt-osc shadow copy of
+        replaced_from   cut-overs: offsets where the table continued from its shadow's rows
 
 This module is the only place the JSON keys appear; merging new tables in, starting a generation
 and following a DDL are methods here. Building a manifest refuses a plan with a chunk lacking a
@@ -37,6 +39,7 @@ from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.records import ChunkResult
 from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.table_selection import TableSelection
 
 MANIFEST_VERSION = 1
 DEFAULT_CHECKPOINT = "checkpoint"
@@ -79,6 +82,9 @@ class CapturedTable:
     renamed_columns: dict[str, str] = field(default_factory=dict)
     emptied_at: list[BinlogOffset] = field(default_factory=list)
     ended_at: BinlogOffset | None = None
+    shadow_of: str | None = None  # the table this one is an online schema change's shadow copy of
+    # cut-overs: at each offset the table continued from its shadow table's rows (core/ddl.shadow_of)
+    replaced_from: list[tuple[BinlogOffset, str]] = field(default_factory=list)
 
     @property
     def source_schema(self) -> TableSchema:
@@ -134,6 +140,10 @@ class CapturedTable:
             out["emptied_at"] = [o.to_dict() for o in self.emptied_at]
         if self.ended_at is not None:
             out["ended_at"] = self.ended_at.to_dict()
+        if self.shadow_of:
+            out["shadow_of"] = self.shadow_of
+        if self.replaced_from:
+            out["replaced_from"] = [{"offset": o.to_dict(), "table": t} for o, t in self.replaced_from]
         return out
 
     @classmethod
@@ -156,6 +166,8 @@ class CapturedTable:
             dict(d.get("renamed_columns", {})),
             [BinlogOffset.from_dict(o) for o in d.get("emptied_at", [])],
             BinlogOffset.from_dict(d["ended_at"]) if d.get("ended_at") else None,
+            d.get("shadow_of") or None,
+            [(BinlogOffset.from_dict(r["offset"]), str(r["table"])) for r in d.get("replaced_from", [])],
         )
 
 
@@ -176,12 +188,45 @@ class Generation:
         return Generation(n, f"{DEFAULT_CHECKPOINT}-g{n}", f"mysqlcdc-stream-{pipeline_id}-g{n}")
 
 
+@dataclass(frozen=True)
+class CaptureSelection:
+    """What the pipeline captures, as its last plan said: the stream captures a table created while
+    it runs (``CREATE TABLE``) when ``tables``/``exclude_tables`` select it (docs/architecture.md,
+    "Tables created while streaming")."""
+
+    tables: tuple[str, ...] = ()
+    exclude_tables: tuple[str, ...] = ()
+    changelog_tables: tuple[str, ...] = ()
+    metadata_columns: bool = False
+    chunk_key_columns: Mapping[str, list[str]] = field(default_factory=dict)
+
+    def selects(self, table: str) -> bool:
+        return bool(self.tables) and TableSelection.parse(list(self.tables), list(self.exclude_tables)).selects(table)
+
+    def has_changelog(self, table: str) -> bool:
+        return bool(self.changelog_tables) and TableSelection.parse(list(self.changelog_tables)).selects(table)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tables": list(self.tables), "exclude_tables": list(self.exclude_tables),
+                "changelog_tables": list(self.changelog_tables), "metadata_columns": self.metadata_columns,
+                "chunk_key_columns": dict(self.chunk_key_columns)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> CaptureSelection:
+        return cls(tuple(d.get("tables") or ()), tuple(d.get("exclude_tables") or ()),
+                   tuple(d.get("changelog_tables") or ()), bool(d.get("metadata_columns", False)),
+                   dict(d.get("chunk_key_columns") or {}))  # fmt: skip
+
+
 @dataclass
 class Manifest:
     start_offset: BinlogOffset
     tables: dict[str, CapturedTable]
     collations: dict[str, Collation] = field(default_factory=dict)
     generation: Generation = field(default_factory=Generation)
+    selection: CaptureSelection = field(default_factory=CaptureSelection)
+    # tables created while streaming that could not be captured: table -> the CREATE's offset and why
+    refused: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, tables: dict[str, CapturedTable], collations: dict[str, Collation] | None = None) -> Manifest:
@@ -212,19 +257,20 @@ class Manifest:
         """This manifest with ``tables`` added or replaced; start offset = min HW over every chunk.
         The generation carries over (only a stream without a checkpoint uses the start offset)."""
         merged = {**self.tables, **tables}
-        return Manifest(_min_hw(merged), merged, {**self.collations, **collations}, self.generation)
+        out = Manifest(_min_hw(merged), merged, {**self.collations, **collations}, self.generation)
+        return self._carry(out)
 
     def with_changelogs(self, flags: dict[str, bool]) -> Manifest:
         """This manifest with each named table's changelog switched on or off."""
         tables = {t: replace(e, changelog=flags.get(t, e.changelog)) for t, e in self.tables.items()}
-        return Manifest(self.start_offset, tables, self.collations, self.generation)
+        return self._carry(Manifest(self.start_offset, tables, self.collations, self.generation))
 
     def with_metadata_columns(self, tables: Iterable[str], on: bool) -> Manifest:
         """This manifest with the named tables' rows carrying metadata columns (``on``) or not:
         what their Delta tables were just (re)written with."""
         names = set(tables)
         out = {t: replace(e, metadata_columns=on) if t in names else e for t, e in self.tables.items()}
-        return Manifest(self.start_offset, out, self.collations, self.generation)
+        return self._carry(Manifest(self.start_offset, out, self.collations, self.generation))
 
     def with_chunks(self, table: str, chunks: Iterable[FinishedChunk]) -> Manifest:
         """This manifest with some chunks of ``table`` replaced (same split ids: a repair's new HWs)."""
@@ -236,7 +282,7 @@ class Manifest:
             raise ManifestError(f"{table} has no chunks {sorted(set(new) - known)} (it has 0..{len(known) - 1})")
         t = self.tables[table]
         tables = {**self.tables, table: replace(t, chunks=[new.get(c.chunk.split_id, c) for c in t.chunks])}
-        return Manifest(_min_hw(tables), tables, dict(self.collations), self.generation)
+        return self._carry(Manifest(_min_hw(tables), tables, dict(self.collations), self.generation))
 
     def handed_over(
         self,
@@ -259,13 +305,19 @@ class Manifest:
                           for c in t.chunks]  # fmt: skip
                 t = replace(t, chunks=chunks)
             tables[name] = t
-        return Manifest(_min_hw(tables), tables, dict(self.collations), self.generation.next(pipeline_id))
+        return self._carry(Manifest(_min_hw(tables), tables, dict(self.collations), self.generation.next(pipeline_id)))
 
     def restarted(self, pipeline_id: str) -> Manifest:
         """A new generation that starts from the minimum HW with no checkpoint: after a purged
         binlog every table was re-snapshotted, and the old checkpoint's offset no longer exists."""
         generation = self.generation.next(pipeline_id)
-        return Manifest(_min_hw(self.tables), dict(self.tables), dict(self.collations), generation)
+        return self._carry(Manifest(_min_hw(self.tables), dict(self.tables), dict(self.collations), generation))
+
+    def _carry(self, other: Manifest) -> Manifest:
+        """``other`` with this manifest's selection and refused tables (what the plan, not the
+        snapshot, decides)."""
+        other.selection, other.refused = self.selection, dict(self.refused)
+        return other
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
@@ -275,6 +327,10 @@ class Manifest:
             "tables": {name: t.to_dict() for name, t in self.tables.items()},
             "collations": {name: c.to_dict() for name, c in self.collations.items()},
         }
+        if self.selection != CaptureSelection():
+            out["selection"] = self.selection.to_dict()
+        if self.refused:
+            out["refused"] = self.refused
         if self.generation != Generation():
             out.update({"generation": self.generation.number, "checkpoint": self.generation.checkpoint})
             if self.generation.app_id:
@@ -304,6 +360,8 @@ class Manifest:
             {name: CapturedTable.from_dict(name, t) for name, t in d["tables"].items()},
             {name: Collation.from_dict(c) for name, c in d.get("collations", {}).items()},
             generation,
+            CaptureSelection.from_dict(d.get("selection") or {}),
+            dict(d.get("refused") or {}),
         )
 
     def to_json(self) -> str:
@@ -416,6 +474,7 @@ def offset_table(schema: TableSchema, key_columns: list[dict[str, Any]], offset:
 
 
 __all__ = [
+    "CaptureSelection",
     "CapturedTable",
     "FinishedChunk",
     "Generation",

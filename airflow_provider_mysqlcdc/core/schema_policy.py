@@ -133,13 +133,16 @@ def decide_alter(table: str, diff: ColumnDiff, policy: str, statement: str) -> S
 
 
 def decide_table_ddl(table: str, kind: str, policy: str, statement: str, swap: bool = False) -> SchemaAction:
-    """The action for a TRUNCATE, DROP, RENAME or CREATE OR REPLACE of ``table``.
+    """The action for a TRUNCATE, DROP, RENAME or CREATE OR REPLACE of ``table``, or the CREATE of a
+    table the pipeline's selection captures (``fail`` stops on that too: it is a schema change).
 
     ``swap``: a RENAME that also renames another table in under ``table``'s name (an online schema
     change tool's cut-over): the table lives on with the same rows, so even ``evolve`` keeps the Delta
     table; capture of the old table ends and the next DAG run snapshots the new one."""
     if policy == FAIL:
         return SchemaAction(stop=f"{statement} and schema_change_policy is 'fail'. {_fix(table)}")
+    if kind == "create":
+        return SchemaAction(note="captured from its CREATE")
     if kind == "truncate":
         if policy == EVOLVE:
             return SchemaAction(empty=True, note="emptied")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
@@ -50,7 +50,7 @@ from pymysqlreplication.event import (
 from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.core.change import RowChange
-from airflow_provider_mysqlcdc.core.ddl import table_ddl
+from airflow_provider_mysqlcdc.core.ddl import CREATE, created_table, table_ddl
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.mysql.server import BinlogReadError
@@ -114,6 +114,7 @@ class BinlogEventStateMachine:
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
         renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
+        new_tables: Callable[[str], bool] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
         emit_from: BinlogOffset | None = None,
         emit_to: BinlogOffset | None = None,
@@ -136,6 +137,8 @@ class BinlogEventStateMachine:
         self.key_columns = dict(key_columns or {})
         # per table, old -> new names of renamed columns: images written before a rename carry the old name
         self.renamed_columns = {t: dict(m) for t, m in (renamed_columns or {}).items()}
+        # with ``ddl``: also yield a CREATE TABLE of a table this says to capture (created while streaming)
+        self.new_tables = new_tables
         # A slice of a large transaction (stream/boundaries.py): only rows events (and DDL) that
         # start in [emit_from, emit_to) are decoded and yielded; the read ends at the first rows
         # event at or after emit_to (stop_reason "slice_end", reached_end True).
@@ -380,10 +383,15 @@ class BinlogEventStateMachine:
     ) -> Iterator[RowChange]:
         schema = ev.schema.decode() if isinstance(ev.schema, bytes | bytearray) else (ev.schema or None)
         captured = None if self.tables is None else frozenset(f"{d}.{t}" for d, t in self.tables)
-        for d in table_ddl(ev.query, schema, captured):
-            log.info("DDL on %s at %s:%d: %s", d.table, file, start, ev.query[:200])
+        found = [(d.table, d.kind) for d in table_ddl(ev.query, schema, captured)]
+        if self.new_tables is not None:
+            created = created_table(ev.query, schema)
+            if created is not None and self.new_tables(created):
+                found.append((created, CREATE))
+        for table, kind in found:
+            log.info("DDL on %s at %s:%d: %s", table, file, start, ev.query[:200])
             yield RowChange(
-                "s", d.table, None, {"kind": d.kind, "sql": ev.query}, tx_offset or BinlogOffset(file, start),
+                "s", table, None, {"kind": kind, "sql": ev.query}, tx_offset or BinlogOffset(file, start),
                 (fileno, start), 0, int(ev.packet.timestamp),
             )
 

@@ -12,7 +12,7 @@ with the events, the binlog event state machine, is ``mysql/binlog_events.py``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -120,6 +120,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
         renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
+        new_tables: Callable[[str], bool] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
         emit_from: BinlogOffset | None = None,
         emit_to: BinlogOffset | None = None,
@@ -131,7 +132,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
         super().__init__(
             start, end, tables, max_transactions=max_transactions, max_events=max_events, convert=convert,
             timeout=timeout, ddl=ddl, schemas=schemas, added_columns=added_columns, key_columns=key_columns,
-            renamed_columns=renamed_columns, emit_from=emit_from, emit_to=emit_to,
+            renamed_columns=renamed_columns, new_tables=new_tables, emit_from=emit_from, emit_to=emit_to,
         )  # fmt: skip
         self.settings = settings
         self.server_id = int(server_id)

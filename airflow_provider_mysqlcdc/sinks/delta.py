@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
@@ -176,6 +176,28 @@ class DeltaSink:
         # delta-rs refuses unknown properties at creation but accepts them in an ALTER
         self.check_owner(table)
         self.claim(table)
+
+    def recreate_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
+        """Empty ``table``'s Delta table and give it ``schema``: a source table created again under a
+        captured name starts over (the old rows stay in the Delta history until vacuumed)."""
+        dt = self.open(table)
+        self.check_owner(table, dt)
+        write_deltalake(dt, schema.empty_table(), mode="overwrite", schema_mode="overwrite")
+        dt = self.open(table)
+        dt.alter.set_table_description(table_description(table, primary_key))
+        log.info("%s: created again in the source; its Delta table starts over (version %s)", table, dt.version())
+
+    def copy_rows(self, source: str, table: str) -> int:
+        """Make ``table`` hold exactly ``source``'s rows, with its schema, in one commit (streamed:
+        memory stays bounded by a batch). An online schema change's cut-over: the original table
+        continues from its shadow's rows. Returns the new version."""
+        dt = self.open(table)
+        self.check_owner(table, dt)
+        scan = QueryBuilder().register("s", self.open(source)).execute("SELECT * FROM s")
+        write_deltalake(dt, pa.RecordBatchReader.from_stream(scan), mode="overwrite", schema_mode="overwrite")
+        version = self.open(table).version()
+        log.info("%s: now holds the rows of %s (version %s)", table, source, version)
+        return version
 
     def staging_location(self, table: str, group_key: str, attempt: str) -> str:
         return f"{self.table_uri(table)}/{_group_prefix(group_key)}{attempt}"

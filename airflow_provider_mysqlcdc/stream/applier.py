@@ -80,8 +80,13 @@ class BatchApplier:
         self.lake = {t: lake_schema(a, t in self.metadata) for t, a in self.arrow.items()}
         self.pks = {t: list(e.merge_key) for t, e in manifest.tables.items()}
         self.schema_positions = {t: e.schema_position for t, e in manifest.tables.items() if e.schema_position}
+        for t, r in manifest.refused.items():  # created while streaming and refused: that CREATE is done with
+            self.schema_positions.setdefault(t, BinlogOffset.from_dict(r["offset"]))
         # offsets where a followed TRUNCATE/DROP emptied a table (policy evolve, stream/schema_follow.py)
         self.emptied = {t: {o.sort_key() for o in e.emptied_at} for t, e in manifest.tables.items() if e.emptied_at}
+        # offsets where a table continued from its shadow table's rows (an online schema change's cut-over)
+        self.replaced = {t: {o.sort_key(): src for o, src in e.replaced_from}
+                         for t, e in manifest.tables.items() if e.replaced_from}  # fmt: skip
         self.app_id = manifest.app_id(store.pipeline_id)
         self.batches = 0
         # what the status file says between batches; a large batch's progress is written on top of it
@@ -134,6 +139,7 @@ class BatchApplier:
         """
         t0 = t0 if t0 is not None else time.monotonic()
         cuts: dict[str, BinlogOffset] = {}
+        swaps: dict[str, tuple[BinlogOffset, str]] = {}
         blobs: dict[str, list[bytes]] = defaultdict(list)
         staged: dict[str, list[dict[str, Any]]] = defaultdict(list)
         counts: dict[str, int] = defaultdict(int)
@@ -143,7 +149,10 @@ class BatchApplier:
             stop_before_unfollowed_ddl(self.store, data, batch_id, self.schema_positions)
             meta = data.select(["tbl", "kind", "rows", "file", "pos", "commit_ts", "info"]).to_pylist()
             cuts = self._empty_points(meta)
-            invalid = [r for r in meta if r["kind"] == "invalid" and r["tbl"] in self.arrow]
+            swaps = self._cut_overs(meta)
+            # rows of a table before its cut-over were decoded with the new definition and are dropped
+            invalid = [r for r in meta if r["kind"] == "invalid" and r["tbl"] in self.arrow
+                       and not _before_cut_over(r, swaps)]  # fmt: skip
             if invalid:
                 r = invalid[0]
                 raise StreamSchemaError(
@@ -172,6 +181,14 @@ class BatchApplier:
         bounded: dict[str, dict[str, Any]] = {}
         in_memory: list[str] = []
         needed = 0
+        for t, (cut, src) in sorted(swaps.items()):
+            # the shadow's last changes first: its rows are copied next
+            if src in staged:
+                nbytes = sum(len(b) for b in blobs.get(src, [])) + sum(int(f["bytes"]) for f in staged[src])
+                self._apply_bounded(src, blobs.pop(src, []), staged.pop(src), nbytes, batch_id, progress)
+            elif src in blobs:
+                self._apply_in_memory(src, blobs.pop(src), batch_id)
+            self._apply_cut_over(t, src, blobs.pop(t, []), staged.pop(t, []), cut, batch_id)
         for t, cut in sorted(cuts.items()):
             self._apply_emptied(t, blobs.pop(t, []), staged.pop(t, []), cut, batch_id)
         for t in sorted(set(blobs) | set(staged)):
@@ -231,6 +248,42 @@ class BatchApplier:
                 if at.sort_key() in self.emptied[t] and (t not in cuts or at > cuts[t]):
                     cuts[t] = at
         return cuts
+
+    def _cut_overs(self, meta: list[dict[str, Any]]) -> dict[str, tuple[BinlogOffset, str]]:
+        """Per table, the cut-over of this batch at which it continues from its shadow table."""
+        out: dict[str, tuple[BinlogOffset, str]] = {}
+        for r in meta:
+            t = r["tbl"]
+            if r["kind"] == "ddl" and t in self.replaced:
+                at = BinlogOffset(r["file"], int(r["pos"]))
+                src = self.replaced[t].get(at.sort_key())
+                if src is not None:
+                    out[t] = (at, src)
+        return out
+
+    def _apply_cut_over(
+        self, table: str, source: str, blobs: list[bytes], staged: list[dict[str, Any]], cut: BinlogOffset,
+        batch_id: int,
+    ) -> None:
+        """``table`` continues from ``source``'s rows at ``cut`` (a gh-ost / pt-osc cut-over): copy them
+        in (one commit), then apply ``table``'s changes after ``cut`` (one MERGE carrying the batch id).
+        A replay that finds the batch id skips both; one that does not redoes both (the copy is the
+        same rows again)."""
+        done = self.sink.open(table).transaction_version(self.app_id)
+        if done is not None and done >= batch_id:
+            log.info("batch %d: %s: cut-over already applied; skipped", batch_id, table)
+            return
+        self.sink.copy_rows(source, table)
+        blocks = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs]
+        for f in staged:
+            blocks.extend(pa.Table.from_batches([blk]) for blk in read_staged_blocks(f["path"], self.store.storage))
+        later = [changes_after(b, cut.sort_key()) for b in blocks]
+        block = pa.concat_tables(later).sort_by("seq") if later else None
+        if block is not None and block.num_rows:
+            upserts, delete_keys = fold_block(block, self.pks[table], table in self.metadata)
+            self.sink.apply_changes(table, upserts.cast(self.lake[table]), delete_keys, self.pks[table], self.app_id,
+                                    batch_id)  # fmt: skip
+        log.info("batch %d: %s continued from %s at %s", batch_id, table, source, cut)
 
     def _apply_emptied(
         self, table: str, blobs: list[bytes], staged: list[dict[str, Any]], cut: BinlogOffset, batch_id: int
@@ -326,6 +379,12 @@ class BatchApplier:
 
         rows = append_changes(self.sink, table, schema, tables(), self.app_id, batch_id)
         log.info("batch %d: %s: %s changelog rows appended", batch_id, table, "no" if rows is None else rows)
+
+
+def _before_cut_over(row: dict[str, Any], swaps: dict[str, tuple[BinlogOffset, str]]) -> bool:
+    """Whether a block row of a table lies before the table's cut-over in this batch."""
+    cut = swaps.get(row["tbl"])
+    return cut is not None and BinlogOffset(row["file"], int(row["pos"])) < cut[0]
 
 
 class _Throttle:

@@ -66,6 +66,7 @@ from airflow_provider_mysqlcdc.core.change_block import (
     decode_blocks,
     encode_block,
 )
+from airflow_provider_mysqlcdc.core.ddl import CREATE, shadow_of
 from airflow_provider_mysqlcdc.core.handoff import admit
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql import binlog_values
@@ -123,6 +124,13 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     schemas = manifest.schemas()
     added = {t: tuple(manifest.tables[t].optional_columns) for t in schemas}
     renamed = {t: e.renamed_columns for t, e in manifest.tables.items() if e.renamed_columns}
+    live = {t for t, e in manifest.tables.items() if e.ended_at is None}
+
+    def new_tables(name: str) -> bool:
+        """A table created while streaming is captured if the selection selects it or it is an online
+        schema change's shadow copy of a captured table (docs/architecture.md, "Schema changes")."""
+        return manifest.selection.selects(name) or shadow_of(name) in live
+
     converters = {t: binlog_values.binlog_row_converter(s, added[t]) for t, s in schemas.items()}
     key_cols = {t: tuple(m.chunk_key_columns) for t, m in manifest.tables.items()}
     # a table with a changelog keeps every column of its before images (core/changelog.py)
@@ -195,6 +203,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     while True:
         rr = BinlogRangeReader(reader._settings(), pos, end, read_tables, part.server_id, blocking=False,
                                convert=convert, ddl=True, schemas=schemas, added_columns=added, renamed_columns=renamed,
+                               new_tables=new_tables,
                                key_columns=key_only, emit_from=emit_from, emit_to=emit_to)  # fmt: skip
         cur_tx: BinlogOffset | None = None
         n_in_tx = 0
@@ -211,7 +220,10 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
                     n_in_tx += 1
                     if skip_tx is not None and n_in_tx <= skip_n and tx == skip_tx:
                         continue  # handled before the connection broke
-                    kept = admit(ch, flt, key_cols[table], tx_key)  # the handoff rule (core/handoff.py)
+                    if ch.op == "s" and ch.after["kind"] == CREATE:  # type: ignore[index]
+                        kept = ch  # a table created while streaming: not captured yet, the driver decides
+                    else:
+                        kept = admit(ch, flt, key_cols[table], tx_key)  # the handoff rule (core/handoff.py)
                     if kept is None:
                         continue
                     op = kept.op

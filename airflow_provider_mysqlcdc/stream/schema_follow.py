@@ -21,11 +21,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.ddl import column_renames, is_table_swap
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable
+from airflow_provider_mysqlcdc.core.ddl import CREATE, column_renames, is_table_swap, rename_pairs, shadow_of
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.schema_policy import (
     DEFAULT_SCHEMA_CHANGE_POLICY,
+    FAIL,
     column_diff,
     decide_alter,
     decide_table_ddl,
@@ -34,6 +36,7 @@ from airflow_provider_mysqlcdc.core.stream_state import PendingDdl, SchemaChange
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_schema import UnsupportedSchemaChange
 from airflow_provider_mysqlcdc.state import SCHEMA_CHANGE, StateStore
@@ -98,9 +101,21 @@ def follow_schema_change(
     for c in rec.changes:
         by_table[c.table].append(c)
     done: list[dict[str, Any]] = []
-    for t, changes in by_table.items():
-        entry = manifest.tables[t]
+    # created tables first: a cut-over in the same batch continues from a shadow table created in it
+    for t, changes in sorted(by_table.items(), key=lambda kv: not any(c.kind == CREATE for c in kv[1])):
         changes = sorted(changes, key=lambda c: c.offset)
+        creates = [c for c in changes if c.kind == CREATE]
+        if creates:  # captured from its CREATE; DDL after it in this batch is met again after the restart
+            c = creates[-1]
+            statement = f"CREATE of {t} at {c.offset} ({c.sql[:200]})"
+            action = decide_table_ddl(t, CREATE, policy, statement)
+            if action.stop:
+                raise StreamSchemaError(action.stop)
+            note = _capture_created(sink, settings, manifest, t, c.offset)
+            done.append({"table": t, "ddl": statement, "policy": policy, "done": note})
+            log.info("%s (policy %s): %s", statement, policy, note)
+            continue
+        entry = manifest.tables[t]
         ending = next((c for c in changes if c.kind != "alter" and c.kind != "truncate"), None)
         alters = [c for c in changes if c.kind == "alter" and (ending is None or c.offset < ending.offset)]
         if alters:
@@ -109,6 +124,11 @@ def follow_schema_change(
             if c.kind == "alter" or entry.ended_at is not None:
                 continue
             statement = f"{c.kind.upper()} of {t} at {c.offset} ({c.sql[:200]})"
+            cut = _cut_over(settings, manifest, t, c, policy) if c.kind == "rename" else None
+            if cut is not None:  # an online schema change's cut-over: capture goes on
+                done.append({"table": t, "ddl": statement, "policy": policy, "done": cut})
+                log.info("%s (policy %s): %s", statement, policy, cut)
+                continue
             swap = c.kind == "rename" and is_table_swap(c.sql, t.split(".", 1)[0], t)
             action = decide_table_ddl(t, c.kind, policy, statement, swap)
             if action.stop:
@@ -125,6 +145,84 @@ def follow_schema_change(
     store.write_json(SCHEMA_HISTORY, (history + [{**d, "at": time.time()} for d in done])[-HISTORY_KEPT:])
     store.delete(SCHEMA_CHANGE)
     return sorted(by_table)
+
+
+def _cut_over(settings: ConnectionSettings, manifest: Manifest, t: str, c: PendingDdl, policy: str) -> str | None:
+    """A RENAME that is an online schema change's cut-over the stream can follow, or None.
+
+    ``t`` renamed away while its captured shadow table (gh-ost ``_t_gho``, pt-osc ``_t_new``,
+    captured from its CREATE) is renamed in under its name: ``t`` continues from the shadow's rows
+    at the cut-over (the applier copies them in that batch) with the shadow's definition. The
+    shadow's own RENAME ends its capture. Not followed (None): no captured shadow (the stream
+    started after the shadow's CREATE), a changed primary key, or policy ``fail``."""
+    if policy == FAIL:
+        return None
+    entry = manifest.tables[t]
+    pairs = rename_pairs(c.sql, t.split(".", 1)[0])
+    if entry.shadow_of is not None and (t, entry.shadow_of) in pairs:
+        entry.ended_at = c.offset
+        return f"renamed in as {entry.shadow_of} (cut-over), which continues from its rows; no longer captured"
+    incoming = [a for a, b in pairs if b == t]
+    shadow = manifest.tables.get(incoming[0]) if incoming else None
+    if shadow is None or shadow.shadow_of != t or (shadow.ended_at not in (None, c.offset)):
+        return None
+    with settings.connect() as conn:
+        new = read_table_schema(conn, TableId.parse(t))
+    if [k.lower() for k in new.primary_key] != [k.lower() for k in entry.schema.primary_key]:
+        return None
+    entry.schema = new
+    entry.added_columns = [col.name for col in new.columns if col.name not in entry.merge_key]
+    entry.retired_columns, entry.renamed_columns = [], {}
+    entry.replaced_from = [*entry.replaced_from, (c.offset, incoming[0])]
+    return f"continues from the rows of its shadow table {incoming[0]} (online schema change cut-over)"
+
+
+def _capture_created(
+    sink: DeltaSink, settings: ConnectionSettings, manifest: Manifest, t: str, at: BinlogOffset
+) -> str:
+    """Capture ``t``, created at ``at`` while the stream runs: every row it has is in the binlog from
+    there, so it needs no snapshot — one unbounded chunk with HW ``at`` (docs/architecture.md,
+    "Tables created while streaming"). A table the checks refuse (no key, a type the lake cannot
+    hold) is recorded in ``manifest.refused`` and left out, as a plan leaves out a table only a
+    pattern selected. Returns what was done."""
+    sel = manifest.selection
+    origin = shadow_of(t)
+    shadow = origin in manifest.tables and not sel.selects(t)  # captured as an online schema change's copy
+    try:
+        with settings.connect() as conn:
+            try:
+                schema = read_table_schema(conn, TableId.parse(t))
+            except SourceSchemaError:
+                if not (shadow and origin):
+                    raise
+                # already renamed in (a quick migration): the original name has the shadow's definition
+                schema = replace(read_table_schema(conn, TableId.parse(origin)), table=TableId.parse(t))
+            key = schema.chunk_key(sel.chunk_key_columns.get(origin if shadow and origin else t))
+            collations = load_collations(conn, key, {})
+        arrow = cdc_types.arrow_schema(schema)
+    except (SourceSchemaError, cdc_types.UnsupportedColumnType, ValueError) as exc:
+        manifest.refused[t] = {"offset": at.to_dict(), "reason": str(exc)[:500]}
+        log.warning("%s was created at %s but is not captured: %s", t, at, exc)
+        return f"not captured: {exc}"
+    entry = offset_table(schema, [k.to_dict() for k in key], at)
+    entry.changelog, entry.metadata_columns = sel.has_changelog(t), sel.metadata_columns
+    if shadow and origin:  # its rows become the original table's at the cut-over: the same lake shape
+        entry.shadow_of, entry.changelog = origin, False
+        entry.metadata_columns = manifest.tables[origin].metadata_columns
+    # images carry column names: one written before a later ADD COLUMN lacks it, and reads NULL there
+    entry.added_columns = [c.name for c in schema.columns if c.name not in entry.merge_key]
+    entry.schema_position = at
+    lake = lake_schema(arrow, entry.metadata_columns)
+    again = sink.exists(t)
+    if again:  # created again under a name captured before: the lake table starts over, empty
+        sink.recreate_table(t, lake, entry.merge_key)
+    else:
+        sink.prepare_table(t, lake, entry.merge_key)
+    manifest.tables[t] = entry
+    manifest.collations.update(collations)
+    manifest.refused.pop(t, None)
+    what = f" as the shadow copy of {origin} (online schema change)" if entry.shadow_of else ""
+    return f"captured from its CREATE{what}" + (" (created again: its Delta table starts over)" if again else "")
 
 
 def _follow_alters(

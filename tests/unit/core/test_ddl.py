@@ -12,8 +12,10 @@ from airflow_provider_mysqlcdc.core.ddl import (
     TRUNCATE,
     TableDdl,
     column_renames,
+    created_table,
     is_table_swap,
     rename_pairs,
+    shadow_of,
     table_ddl,
 )
 
@@ -95,3 +97,28 @@ def test_rename_pairs_and_online_schema_change_swaps() -> None:
     assert not is_table_swap("RENAME TABLE orders TO orders_2024", "shop", "shop.orders")
     assert not is_table_swap(pt_osc, "shop", "shop.items")
     assert rename_pairs("ALTER TABLE orders ADD c INT", "shop") == []
+
+
+@pytest.mark.parametrize(
+    ("sql", "db", "expected"),
+    [
+        ("CREATE TABLE orders2 (id INT PRIMARY KEY)", "shop", "shop.orders2"),
+        ("create table if not exists `sales`.`t 1` like shop.orders", "shop", "sales.t 1"),
+        ("/* tool */ CREATE TABLE _orders_gho LIKE orders", "shop", "shop._orders_gho"),
+        ("CREATE TABLE n (id INT PRIMARY KEY) SELECT 1 AS id", "shop", "shop.n"),
+        ("CREATE TEMPORARY TABLE tmp (id INT)", "shop", None),
+        ("CREATE OR REPLACE TABLE orders (id INT)", "shop", None),  # a REPLACE of orders, not a new table
+        ("CREATE INDEX i ON orders (v)", "shop", None),
+        ("CREATE TABLE t (id INT)", None, None),  # no default database: not ours to judge
+    ],
+)
+def test_created_table(sql: str, db: str | None, expected: str | None) -> None:
+    assert created_table(sql, db) == expected
+
+
+def test_shadow_tables_of_online_schema_change_tools() -> None:
+    assert shadow_of("shop._orders_gho") == "shop.orders"  # gh-ost
+    assert shadow_of("shop._orders_new") == "shop.orders"  # pt-online-schema-change
+    assert shadow_of("shop._order_items_gho") == "shop.order_items"
+    assert shadow_of("shop._orders_del") is None and shadow_of("shop.orders_gho") is None
+    assert shadow_of("_orders_gho") is None

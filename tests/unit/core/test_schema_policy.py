@@ -8,7 +8,7 @@ import pytest
 from airflow_provider_mysqlcdc.core.change_block import changes_after
 from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
 from airflow_provider_mysqlcdc.core.keys import INT, KeyColumn
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable, FinishedChunk, Manifest
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, CaptureSelection, FinishedChunk, Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.schema_policy import (
     EVOLVE,
@@ -83,6 +83,13 @@ def test_table_ddl_per_policy(policy: str, kind: str) -> None:
     assert swap.end and not swap.empty  # a cut-over keeps the table and its rows
 
 
+def test_a_created_table_is_captured_unless_the_policy_is_fail() -> None:
+    assert decide_table_ddl("shop.n", "create", FAIL, "CREATE of shop.n").stop
+    for policy in (EVOLVE, LENIENT):
+        a = decide_table_ddl("shop.n", "create", policy, "CREATE of shop.n")
+        assert a.stop is None and not a.end and not a.empty
+
+
 def test_unknown_policy_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match="evolve, lenient, fail"):
         check_policy("ignore-all")
@@ -103,6 +110,24 @@ def test_manifest_records_the_decisions() -> None:
     assert back.optional_columns == ["gone"] and m.ended_tables() == ["shop.t"]
     assert not m.handoff_filter().emits("shop.t", [1], BinlogOffset("b.000002", 5))
     assert m.handoff_filter().emits("shop.t", [1], BinlogOffset("b.000002", 4))
+
+
+def test_the_selection_travels_in_the_manifest() -> None:
+    chunk = SnapshotChunk("shop.t", 0, (KeyColumn("id", INT),), None, None)
+    entry = CapturedTable(OLD, ["id"], [FinishedChunk(chunk, BinlogOffset("b.000001", 4))])
+    entry.shadow_of = "shop.orders"
+    entry.replaced_from = [(BinlogOffset("b.000003", 9), "shop._t_gho")]
+    m = Manifest.of({"shop.t": entry})
+    m.selection = CaptureSelection(("shop.*",), ("shop.tmp_*",), ("shop.orders",), True, {"shop.nokey": ["a"]})
+    m.refused = {"shop.nokey2": {"offset": {"file": "b.000002", "pos": 4}, "reason": "no key"}}
+    back = Manifest.from_json(m.to_json())
+    assert back.selection == m.selection and back.refused == m.refused
+    assert back.selection.selects("shop.new") and not back.selection.selects("shop.tmp_1")
+    assert back.selection.has_changelog("shop.orders") and not back.selection.has_changelog("shop.new")
+    assert back.tables["shop.t"].shadow_of == "shop.orders"
+    assert back.tables["shop.t"].replaced_from == [(BinlogOffset("b.000003", 9), "shop._t_gho")]
+    assert back.merged({}, {}).selection == m.selection  # plan steps keep it
+    assert not CaptureSelection().selects("shop.t")  # no selection recorded: nothing is captured by CREATE
 
 
 def test_changes_after_an_offset_compare_file_then_position() -> None:
