@@ -1,0 +1,238 @@
+"""Many small tables against one big one: snapshot + handoff rate, and stream lag over many tables.
+
+    .venv/bin/python bench/many_tables.py [--tables 500] [--rows 2000] [--rounds 3]
+                                          [--lag-seconds 30] [--lag-rate 500]
+
+Creates its own private MariaDB with ``--tables`` tables of ``--rows`` rows (database ``many``,
+BIGINT key, INT, VARCHAR(40)) and one table holding the same number of rows in total (database
+``one``). Each round snapshots both into fresh lakes through ``plan_run`` / ``run_snapshot_group``
+/ ``finalize_run`` (the snapshot and the handoff: the manifest the stream starts from; Spark
+``local[2]``, groups one after another in this process), in alternating order. Figures:
+``many_tables_rows_per_s`` and ``one_table_rows_per_s`` (medians), and ``ratio_vs_one_table`` =
+median many-tables rate / median one-table rate (target >= 0.5); the per-round ratios are shown too.
+
+Then the stream (``run_stream`` in a thread, the product's defaults) runs over the last many-table
+lake while a writer commits ``--lag-rate`` single-row UPDATE transactions/s spread uniformly over
+all tables for ``--lag-seconds``; each UPDATE writes a sequence number, and a change's lag is when
+the MERGE that made it visible returned minus when its commit returned (``lag_p50_s``,
+``lag_p99_s``, target p99 < 3 s). Every table must equal its source (row count and sum) after the
+stream caught up, or the benchmark fails.
+
+Ends with one JSON line on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import os
+import random
+import shutil
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyarrow.compute as pc
+
+from airflow_provider_mysqlcdc.core.config import PipelineConfig
+from airflow_provider_mysqlcdc.mysql.server import current_offset
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.stream.control import wait_until_applied
+from airflow_provider_mysqlcdc.stream.options import StreamOptions
+from tests.support.bench_env import bench_environment, print_result, snapshot_pipeline
+from tests.support.stream_thread import StreamThread
+
+log = logging.getLogger("bench.many_tables")
+SEQ_BASE = 1_000_000_000  # the lag writer's values: above anything the load wrote
+
+
+def _load(server: Any, tables: int, rows: int) -> None:
+    server.execute("CREATE DATABASE many", "CREATE DATABASE one")
+    stmts = []
+    for i in range(tables):
+        stmts += [f"CREATE TABLE many.t{i:03d} (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(40))",
+                  f"INSERT INTO many.t{i:03d} SELECT seq, seq, CONCAT('row ', seq) FROM seq_1_to_{rows}"]  # fmt: skip
+    server.execute(*stmts, database="many")  # seq_1_to_N: MariaDB's sequence engine, in the current database
+    server.execute("CREATE TABLE one.t (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(40))",
+                   f"INSERT INTO one.t SELECT seq, seq, CONCAT('row ', seq) FROM seq_1_to_{tables * rows}",
+                   database="one")  # fmt: skip
+
+
+def _snapshot(spark: Any, settings: Any, work: str, name: str, tables: list[str]) -> tuple[float, Any, Any]:
+    config = PipelineConfig.from_params(pipeline_id=name, sink_root=f"{work}/lake-{name}",
+                                        state_root=f"{work}/state-{name}", tables=tables)  # fmt: skip
+    t0 = time.perf_counter()
+    store, sink = snapshot_pipeline(spark, settings, config)
+    return time.perf_counter() - t0, store, sink
+
+
+def _rows_in(sink: DeltaSink, tables: list[str]) -> int:
+    return sum(sink.open(t).to_pyarrow_dataset().count_rows() for t in tables)
+
+
+class LagWriter(threading.Thread):
+    """``rate`` single-row UPDATE transactions/s on random tables and keys; records commit times."""
+
+    def __init__(self, server: Any, tables: list[str], rows: int, rate: float, seconds: float):
+        super().__init__(daemon=True)
+        self.server, self.tables, self.rows, self.rate, self.seconds = server, tables, rows, rate, seconds
+        self.committed: dict[int, float] = {}
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        rnd = random.Random(3)
+        try:
+            conn = self.server.root_connection()
+            with conn.cursor() as cur:
+                t0 = time.monotonic()
+                n = 0
+                while time.monotonic() - t0 < self.seconds:
+                    seq = SEQ_BASE + n
+                    table, key = rnd.choice(self.tables), rnd.randint(1, self.rows)
+                    cur.execute(f"UPDATE {table} SET v = {seq} WHERE id = {key}")
+                    self.committed[seq] = time.time()
+                    n += 1
+                    delay = t0 + n / self.rate - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)
+            conn.close()
+        except BaseException as exc:  # the main thread reports it
+            self.error = exc
+
+
+class Visibility:
+    """When each lag value became visible: the wall time the MERGE that wrote it returned."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, float] = {}
+        self.lock = threading.Lock()
+        orig = DeltaSink.apply_changes
+        vis = self
+
+        @functools.wraps(orig)
+        def apply_changes(self_: Any, table: str, upserts: Any, *args: Any, **kw: Any) -> Any:
+            out = orig(self_, table, upserts, *args, **kw)
+            now = time.time()
+            values = upserts.column("v").filter(pc.greater_equal(upserts.column("v"), SEQ_BASE)).to_pylist()
+            with vis.lock:
+                for v in values:
+                    vis.seen.setdefault(v, now)
+            return out
+
+        DeltaSink.apply_changes = apply_changes  # type: ignore[method-assign]
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _sink_matches(server: Any, sink: DeltaSink, tables: list[str]) -> bool:
+    for t in tables:
+        count, total = server.query(f"SELECT COUNT(*), SUM(v) FROM {t}")[0]
+        lake = sink.open(t).to_pyarrow_table(columns=["v"])
+        if lake.num_rows != count or pc.sum(lake.column("v")).as_py() != int(total):
+            log.error("%s differs: source %s rows sum %s, lake %s rows sum %s", t, count, total, lake.num_rows,
+                      pc.sum(lake.column("v")).as_py())  # fmt: skip
+            return False
+    return True
+
+
+def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink, tables: list[str], rows: int,
+            rate: float, seconds: float) -> dict[str, Any]:  # fmt: skip
+    visibility = Visibility()
+    th = StreamThread(spark, settings, store, sink, run_id="bench-many-tables", options=StreamOptions())
+    th.start_running(timeout=300)
+    if th.error is not None:
+        raise RuntimeError(f"the stream failed to start: {th.error}")
+    try:
+        writer = LagWriter(server, tables, rows, rate, seconds)
+        t0 = time.monotonic()
+        writer.start()
+        writer.join()
+        write_secs = time.monotonic() - t0
+        if writer.error is not None:
+            raise RuntimeError(f"the lag writer failed: {writer.error}")
+        with settings.connect() as conn:
+            target = current_offset(conn)
+        wait_until_applied(store, target, timeout=600)
+    finally:
+        th.stop_event.set()
+        th.join(timeout=300)
+    if th.error is not None:
+        raise RuntimeError(f"the stream failed: {th.error}")
+    lags = [visibility.seen[s] - c for s, c in writer.committed.items() if s in visibility.seen]
+    missing = len(writer.committed) - len(lags)  # overwritten by a later value in the same batch
+    return {
+        "lag_changes": len(writer.committed),
+        "lag_write_rate": round(len(writer.committed) / write_secs, 1),
+        "lag_superseded_in_batch": missing,
+        "lag_p50_s": round(_pct(lags, 0.50), 3),
+        "lag_p90_s": round(_pct(lags, 0.90), 3),
+        "lag_p99_s": round(_pct(lags, 0.99), 3),
+        "lag_max_s": round(max(lags), 3),
+        "lag_sink_matches_source": _sink_matches(server, sink, tables),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tables", type=int, default=500)
+    p.add_argument("--rows", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--lag-seconds", type=float, default=30.0)
+    p.add_argument("--lag-rate", type=float, default=500.0)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+    total = args.tables * args.rows
+    many = [f"many.t{i:03d}" for i in range(args.tables)]
+    with bench_environment("bench-many-tables") as (server, spark, work):
+        _load(server, args.tables, args.rows)
+        settings = server.cdc_settings()
+        secs: dict[str, list[float]] = {"one": [], "many": []}
+        last: tuple[Any, Any] | None = None
+        for r in range(args.rounds):
+            for kind in (("one", "many") if r % 2 == 0 else ("many", "one")):
+                name = f"{kind}{r}"
+                dt, store, sink = _snapshot(spark, settings, work, name, ["one.t"] if kind == "one" else ["many.*"])
+                got = _rows_in(sink, ["one.t"] if kind == "one" else many)
+                if got != total:
+                    raise SystemExit(f"{name}: the lake holds {got} rows, the source {total}")
+                secs[kind].append(dt)
+                log.info("round %d: %s: %.2f s (%.0f rows/s)", r, kind, dt, total / dt)
+                if kind == "many" and r == args.rounds - 1:
+                    last = (store, sink)
+                else:
+                    shutil.rmtree(f"{work}/lake-{name}", ignore_errors=True)
+                    shutil.rmtree(f"{work}/state-{name}", ignore_errors=True)
+        one_rate = total / statistics.median(secs["one"])
+        many_rate = total / statistics.median(secs["many"])
+        out: dict[str, Any] = {
+            "tables": args.tables,
+            "rows_per_table": args.rows,
+            "rounds": args.rounds,
+            "one_table_seconds": [round(s, 2) for s in secs["one"]],
+            "many_tables_seconds": [round(s, 2) for s in secs["many"]],
+            "one_table_rows_per_s": round(one_rate),
+            "many_tables_rows_per_s": round(many_rate),
+            "ratio_vs_one_table": round(many_rate / one_rate, 3),
+            "ratio_per_round": [round(o / m, 3) for o, m in zip(secs["one"], secs["many"], strict=True)],
+            "seconds_per_table": round(statistics.median(secs["many"]) / args.tables, 3),
+        }
+        assert last is not None
+        log.info("lag: %.0f tx/s over %d tables for %.0f s", args.lag_rate, args.tables, args.lag_seconds)
+        out.update(lag_run(spark, server, settings, last[0], last[1], many, args.rows, args.lag_rate,
+                           args.lag_seconds))  # fmt: skip
+        if not out["lag_sink_matches_source"]:
+            raise SystemExit(f"the lake differs from the source after the stream: {out}")
+        print_result(out)
+
+
+if __name__ == "__main__":
+    main()
