@@ -38,7 +38,11 @@ from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.snapshot.native_reader import native_reader_unavailable, stage_chunks
+from airflow_provider_mysqlcdc.snapshot.native_reader import (
+    native_reader_unavailable,
+    stage_chunks,
+    stage_small_chunks,
+)
 from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, is_local
 
 log = logging.getLogger(__name__)
@@ -161,15 +165,54 @@ def stage_group(
         slot_rate = read_slot_rate(max_rows_per_second, 1, slots)
         log.info("throttled to %.0f rows/s: each of %d concurrent chunk reads paces itself to %.0f rows/s",
                  max_rows_per_second, slots, slot_rate)  # fmt: skip
+    small = _small_tables(settings, work, reader, hooks)
     with _in_background(_warm_rewrite_path, [w.arrow_schema for w in work]):
-        with ThreadPoolExecutor(max_workers=max(1, len(work))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, len(work) - len(small) + 1)) as pool:
             futures = [
                 pool.submit(_stage_table, spark, settings, url, props, w, collations, reader, hooks, slot_rate)
                 for w in work
+                if w not in small
             ]
+            if small:
+                futures.append(pool.submit(_stage_small_tables, spark, settings, small, collations, hooks, slot_rate))
             for fut in futures:
                 fut.result()
     return sum(w.rows for w in work)
+
+
+def _small_tables(settings: ConnectionSettings, work: list[TableWork], reader: str,
+                  hooks: SnapshotTestHooks) -> list[TableWork]:  # fmt: skip
+    """The group's one-chunk tables the native reader can read: staged together by one Spark job."""
+    if reader == "jdbc":
+        return []
+    small = [w for w in work if len(w.splits) == 1 and w.table not in hooks.stall_reads_at
+             and native_reader_unavailable(settings, w.schema) is None]  # fmt: skip
+    return small if len(small) > 1 else []
+
+
+def _stage_small_tables(
+    spark: Any,
+    settings: ConnectionSettings,
+    small: list[TableWork],
+    collations: dict[str, Collation],
+    hooks: SnapshotTestHooks,
+    slot_rate: float | None,
+) -> None:
+    """Stage one-chunk tables in one Spark job (``native_reader.stage_small_chunks``)."""
+    items = []
+    for w in small:
+        predicate = split_condition(w.splits[0], collations)
+        items.append((w.schema, f"{predicate} AND ({w.row_filter})" if w.row_filter else predicate, w.staging))
+    log.info("reading %d one-chunk tables in one Spark job with the native reader", len(small))
+    try:
+        with _in_background(hooks.during_read):
+            staged = stage_small_chunks(spark, settings, items, small[0].storage, slot_rate)
+    except Exception as exc:
+        raise SnapshotError(_explain_read_error(", ".join(w.table for w in small), exc)) from exc
+    for w, (_, path, rows, size) in zip(small, staged, strict=True):
+        sid = w.splits[0].split_id
+        w.files = {sid: StagedFile(path, rows, size, [sid])}
+        _remove_unlisted(w.staging, {path}, w.storage)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@
 while a writer changes all of them. Meanwhile 5 tables are created — plain, ``CREATE ... LIKE``,
 ``CREATE ... SELECT``, a composite key, one the checks refuse (no key) — and 2 dropped, one of
 them created again with another shape. Then every captured table equals its source, the created
-ones captured from their CREATE with no snapshot; the dropped one keeps its rows as they were at
+ones captured from their CREATE with no snapshot (the writer also runs during the snapshot, whose
+one-chunk tables are read by one Spark job per group); the dropped one keeps its rows as they were at
 the DROP (lenient), and the keyless one is reported as refused.
 """
 
@@ -127,6 +128,8 @@ def test_pattern_capture_with_tables_created_and_dropped_while_streaming(
     mariadb.execute(*[s for n in names for s in _create(n, _kind(n))], database=db)
     mariadb.execute("CREATE VIEW v_all AS SELECT id FROM t000", database=db)  # a view: skipped, not captured
     store, sink = StateStore(str(tmp_path / "state"), "wholedb"), DeltaSink(str(tmp_path / "lake"), owner="wholedb")
+    writer = Writer(mariadb, db, names)
+    writer.start()  # writing while the one-chunk tables are read together (one Spark job per group)
     config = PipelineConfig.from_params(pipeline_id="wholedb", sink_root=sink.root, state_root=store.state_root,
                                         tables=[f"{db}.*"], exclude_tables=[f"{db}.skip_*"], chunk_size=100,
                                         chunks_per_task=64)  # fmt: skip
@@ -140,9 +143,7 @@ def test_pattern_capture_with_tables_created_and_dropped_while_streaming(
 
     opts = StreamOptions(trigger_seconds=0.5, schema_change_policy="lenient")
     th = StreamThread(spark, cdc_settings, store, sink, run_id="wholedb-1", options=opts).start_running()
-    writer = Writer(mariadb, db, names)
     try:
-        writer.start()
         time.sleep(2)
         writer.ddl(*_create("n_plain", "int"), add={"n_plain": "int"})
         writer.ddl("CREATE TABLE n_like LIKE t001", "INSERT INTO n_like SELECT * FROM t001", add={"n_like": "comp"})
