@@ -27,6 +27,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import replace_snapshot_rows
 from airflow_provider_mysqlcdc.snapshot.binlog_window import replay_window
 from airflow_provider_mysqlcdc.snapshot.staging import (
+    TABLE_THREADS,
     SnapshotError,
     SnapshotTestHooks,
     TableWork,
@@ -295,17 +297,20 @@ def _replay_window(
 def _commit(sink: DeltaSink, run: GroupRun, low: BinlogOffset, high: BinlogOffset) -> dict[str, int]:
     """One Delta commit per table adopting its staged files (replacing an earlier attempt's);
     a re-snapshotted table's files wait for the table swap. Returns the versions committed."""
-    versions = {}
     metadata = {"plan_id": run.plan_id, "group_id": run.group.group_id,
                 "low_watermark": str(low), "high_watermark": str(high)}  # fmt: skip
     for w in run.work:
         if w.table in run.deferred:
             log.info("%s: %d staged files kept for the table swap after the last group", w.table, len(_nonempty(w)))
-            continue
-        versions[w.table] = sink.commit_snapshot_group(
-            w.table, run.key, _nonempty(w), w.lake_schema, metadata, primary_key=w.pk_cols
-        )
-    return versions
+    todo = [w for w in run.work if w.table not in run.deferred]
+
+    def commit(w: TableWork) -> int:
+        return sink.commit_snapshot_group(w.table, run.key, _nonempty(w), w.lake_schema, metadata,
+                                          primary_key=w.pk_cols)  # fmt: skip
+
+    # tables are independent: their commits run side by side (delta-rs releases the GIL)
+    with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, max(1, len(todo)))) as pool:
+        return dict(zip([w.table for w in todo], pool.map(commit, todo), strict=True))
 
 
 def _stamp_snapshot_rows(run: GroupRun, high: BinlogOffset, taken_at: float) -> None:

@@ -46,6 +46,7 @@ from airflow_provider_mysqlcdc.snapshot.native_reader import (
 from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, is_local
 
 log = logging.getLogger(__name__)
+TABLE_THREADS = 8  # a group's per-table Delta work (create, commit) done this many tables at a time
 
 _PART = re.compile(r"part-(\d+)-")
 
@@ -114,9 +115,12 @@ def prepare_tables(
     The staging location is per attempt, so a retried group never adopts a failed attempt's files.
     ``row_filters`` (table -> SQL condition) narrow a partial backfill's reads."""
     out = []
+    by_table: dict[str, list[SnapshotChunk]] = {}
+    for s in plan.splits:
+        by_table.setdefault(s.table, []).append(s)
     for table in dict.fromkeys(s.table for s in chunks):
         schema = plan.tables[table]
-        all_splits = [s for s in plan.splits if s.table == table]
+        all_splits = by_table[table]
         # the merge key: the primary key, or the chunk key of a table without one
         merge_key = schema.merge_key(list(all_splits[0].key_names))
         pk_key_cols = [KeyColumn(c.name, c.kind, c.collation) for c in schema.chunk_key(merge_key)]
@@ -133,9 +137,12 @@ def prepare_tables(
             row_filter=(row_filters or {}).get(table),
             metadata_columns=metadata_columns,
         )
-        sink.prepare_table(table, w.lake_schema, w.pk_cols)
         w.staging = sink.staging_location(table, group_key, attempt)
         out.append(w)
+    # one Delta table each: created (and claimed) side by side, delta-rs releases the GIL meanwhile
+    with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, max(1, len(out)))) as pool:
+        for _ in pool.map(lambda w: sink.prepare_table(w.table, w.lake_schema, w.pk_cols), out):
+            pass  # map re-raises the first failure
     return out
 
 
