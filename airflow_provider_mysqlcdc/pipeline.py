@@ -37,11 +37,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.capture_selection import CaptureSelection
 from airflow_provider_mysqlcdc.core.config import RESOLVED_START_MODES, PipelineConfig
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import (
     CapturedTable,
-    CaptureSelection,
     Manifest,
     build_manifest,
     offset_table,

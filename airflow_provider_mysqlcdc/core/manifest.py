@@ -33,13 +33,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.capture_selection import CaptureSelection
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup, SnapshotChunk
 from airflow_provider_mysqlcdc.core.handoff import HandoffFilter
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.records import ChunkResult
 from airflow_provider_mysqlcdc.core.table import TableSchema
-from airflow_provider_mysqlcdc.core.table_selection import TableSelection
 
 MANIFEST_VERSION = 1
 DEFAULT_CHECKPOINT = "checkpoint"
@@ -186,36 +186,6 @@ class Generation:
     def next(self, pipeline_id: str) -> Generation:
         n = self.number + 1
         return Generation(n, f"{DEFAULT_CHECKPOINT}-g{n}", f"mysqlcdc-stream-{pipeline_id}-g{n}")
-
-
-@dataclass(frozen=True)
-class CaptureSelection:
-    """What the pipeline captures, as its last plan said: the stream captures a table created while
-    it runs (``CREATE TABLE``) when ``tables``/``exclude_tables`` select it (docs/architecture.md,
-    "Tables created while streaming")."""
-
-    tables: tuple[str, ...] = ()
-    exclude_tables: tuple[str, ...] = ()
-    changelog_tables: tuple[str, ...] = ()
-    metadata_columns: bool = False
-    chunk_key_columns: Mapping[str, list[str]] = field(default_factory=dict)
-
-    def selects(self, table: str) -> bool:
-        return bool(self.tables) and TableSelection.parse(list(self.tables), list(self.exclude_tables)).selects(table)
-
-    def has_changelog(self, table: str) -> bool:
-        return bool(self.changelog_tables) and TableSelection.parse(list(self.changelog_tables)).selects(table)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tables": list(self.tables), "exclude_tables": list(self.exclude_tables),
-                "changelog_tables": list(self.changelog_tables), "metadata_columns": self.metadata_columns,
-                "chunk_key_columns": dict(self.chunk_key_columns)}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> CaptureSelection:
-        return cls(tuple(d.get("tables") or ()), tuple(d.get("exclude_tables") or ()),
-                   tuple(d.get("changelog_tables") or ()), bool(d.get("metadata_columns", False)),
-                   dict(d.get("chunk_key_columns") or {}))  # fmt: skip
 
 
 @dataclass
@@ -474,7 +444,6 @@ def offset_table(schema: TableSchema, key_columns: list[dict[str, Any]], offset:
 
 
 __all__ = [
-    "CaptureSelection",
     "CapturedTable",
     "FinishedChunk",
     "Generation",

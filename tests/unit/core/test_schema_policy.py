@@ -5,10 +5,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from airflow_provider_mysqlcdc.core.capture_selection import CaptureSelection
 from airflow_provider_mysqlcdc.core.change_block import changes_after
 from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
 from airflow_provider_mysqlcdc.core.keys import INT, KeyColumn
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable, CaptureSelection, FinishedChunk, Manifest
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, FinishedChunk, Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.schema_policy import (
     EVOLVE,
