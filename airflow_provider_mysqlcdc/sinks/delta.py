@@ -36,6 +36,7 @@ from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_a
 from airflow_provider_mysqlcdc.sinks.delta_schema import (
     SchemaEvolution,
     UnsupportedSchemaChange,
+    column_signature,
     evolve_table_schema,
     table_description,
 )
@@ -284,7 +285,7 @@ class DeltaSink:
             self.check_owner(table, dt)
             current = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
             have = dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
-            changed = new_schema and _columns(delta_arrow_schema(dt)) != _columns(schema)
+            changed = new_schema and column_signature(delta_arrow_schema(dt)) != column_signature(schema)
             # an overwrite removes every current file itself: add them all, remove none
             removes, adds = actions({} if changed else have, int(time.time() * 1000))
             if skip_if_unchanged and not removes and not adds and not changed:
@@ -357,11 +358,6 @@ class DeltaSink:
         """
         return evolve_table_schema(self, table, new_schema, primary_key, drop_columns=drop_columns,
                                    rename_columns=rename_columns, before_commit=before_commit)  # fmt: skip
-
-
-def _columns(schema: pa.Schema) -> list[tuple[str, str]]:
-    """Names and types, string kinds folded: what makes two table schemas the same for a swap."""
-    return [(f.name, str(f.type).replace("large_", "").replace("_view", "")) for f in schema]
 
 
 def _recorded_owner(dt: DeltaTable) -> str | None:

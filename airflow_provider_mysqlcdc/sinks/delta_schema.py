@@ -202,6 +202,11 @@ def _normalized(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def column_signature(schema: pa.Schema) -> list[tuple[str, pa.DataType]]:
+    """Names and types, string and binary kinds folded: what makes two table schemas the same."""
+    return [(f.name, _normalized(f.type)) for f in schema]
+
+
 def _is_widening(old: pa.DataType, new: pa.DataType) -> bool:
     """Delta's type-widening rules (the ones Delta 4 lets a table change without a rewrite)."""
     if old in _INT_BITS and new in _INT_BITS:
@@ -261,4 +266,4 @@ def _primary_key_problems(dt: DeltaTable, primary_key: list[str]) -> list[str]:
     return []
 
 
-__all__ = ["SchemaEvolution", "UnsupportedSchemaChange", "evolve_table_schema", "table_description"]
+__all__ = ["SchemaEvolution", "UnsupportedSchemaChange", "column_signature", "evolve_table_schema", "table_description"]

@@ -274,12 +274,8 @@ class BatchApplier:
             log.info("batch %d: %s: cut-over already applied; skipped", batch_id, table)
             return
         self.sink.copy_rows(source, table)
-        blocks = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs]
-        for f in staged:
-            blocks.extend(pa.Table.from_batches([blk]) for blk in read_staged_blocks(f["path"], self.store.storage))
-        later = [changes_after(b, cut.sort_key()) for b in blocks]
-        block = pa.concat_tables(later).sort_by("seq") if later else None
-        if block is not None and block.num_rows:
+        block = _changes_after(self._blocks(blobs, staged), cut)
+        if block is not None:
             upserts, delete_keys = fold_block(block, self.pks[table], table in self.metadata)
             self.sink.apply_changes(table, upserts.cast(self.lake[table]), delete_keys, self.pks[table], self.app_id,
                                     batch_id)  # fmt: skip
@@ -291,21 +287,25 @@ class BatchApplier:
         """A batch in which ``table`` was emptied at ``cut``: the table becomes what its changes after
         ``cut`` leave, in one commit (``replace_rows``). The changelog gets every change of the batch.
         Folded in memory: a TRUNCATE's batch is bounded by the stream's batch size, not by the table."""
-        blocks = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs]
-        for f in staged:
-            blocks.extend(pa.Table.from_batches([blk]) for blk in read_staged_blocks(f["path"], self.store.storage))
+        blocks = self._blocks(blobs, staged)
         if blocks and self.manifest.tables[table].changelog:
             logged = [changes_to_changelog(b, self.arrow[table]) for b in blocks]
             append_changes(self.sink, table, self.arrow[table], logged, self.app_id, batch_id)
-        later = [changes_after(b, cut.sort_key()) for b in blocks]
-        block = pa.concat_tables(later).sort_by("seq") if later else None
-        if block is not None and block.num_rows:
+        block = _changes_after(blocks, cut)
+        if block is not None:
             upserts, _ = fold_block(block, self.pks[table], table in self.metadata)
             rows = upserts.cast(self.lake[table])
         else:
             rows = self.lake[table].empty_table()
         replace_rows(self.sink, table, rows, self.app_id, batch_id)
         log.info("batch %d: %s emptied at %s; %d rows written after it", batch_id, table, cut, rows.num_rows)
+
+    def _blocks(self, blobs: list[bytes], staged: list[dict[str, Any]]) -> list[pa.Table]:
+        """A table's change blocks of this batch, inline and staged, decoded."""
+        blocks = [pa.ipc.open_stream(pa.py_buffer(b)).read_all() for b in blobs]
+        for f in staged:
+            blocks.extend(pa.Table.from_batches([blk]) for blk in read_staged_blocks(f["path"], self.store.storage))
+        return blocks
 
     def _apply_in_memory(self, table: str, blobs: list[bytes], batch_id: int) -> None:
         """One table's changes of a batch: changelog append, fold, one MERGE (each once per batch id)."""
@@ -379,6 +379,13 @@ class BatchApplier:
 
         rows = append_changes(self.sink, table, schema, tables(), self.app_id, batch_id)
         log.info("batch %d: %s: %s changelog rows appended", batch_id, table, "no" if rows is None else rows)
+
+
+def _changes_after(blocks: list[pa.Table], cut: BinlogOffset) -> pa.Table | None:
+    """The changes of ``blocks`` after ``cut``, in batch order; None when there are none."""
+    later = [changes_after(b, cut.sort_key()) for b in blocks]
+    block = pa.concat_tables(later).sort_by("seq") if later else None
+    return block if block is not None and block.num_rows else None
 
 
 def _before_cut_over(row: dict[str, Any], swaps: dict[str, tuple[BinlogOffset, str]]) -> bool:

@@ -31,16 +31,14 @@ import pytest
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
-from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import SCHEMA_HISTORY, StreamSchemaError
 from tests.support.stream_thread import StreamThread, snapshot_tables
-from tests.support.verify import compare
+from tests.support.verify import assert_sink_equals_source
 
 ROWS = 2000
 UNTOUCHED = 10  # the last rows of each table: no writer statement touches them
@@ -109,30 +107,6 @@ def _schema(settings: Any, table: str) -> Any:
         return read_table_schema(conn, TableId.parse(table))
 
 
-def _equal(settings: Any, sink: DeltaSink, table: str, source: str | None = None) -> None:
-    with settings.connect() as conn:
-        cmp = compare(conn, read_table_schema(conn, TableId.parse(source or table)), sink.read(table))
-    assert cmp.match, (table, cmp)
-
-
-def _applied(settings: Any, store: StateStore, th: StreamThread, timeout: float = 180) -> None:
-    with settings.connect() as conn:
-        target = current_offset(conn)
-    deadline = time.monotonic() + 120
-    while stream_state(store)["state"] == "starting" and time.monotonic() < deadline and th.is_alive():
-        time.sleep(0.2)
-    end = time.monotonic() + timeout
-    while True:  # a stream thread that died says why instead of a timeout
-        assert th.is_alive() or th.error is None, th.error
-        th.recorder._last_beat = 0
-        try:
-            wait_until_applied(store, target, timeout=5)
-            return
-        except TimeoutError:
-            if time.monotonic() > end:
-                raise
-
-
 def _rows(sink: DeltaSink, table: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in sink.read(table).to_pylist()}
 
@@ -193,24 +167,24 @@ def test_every_ddl_while_writing(pipeline: Any, mariadb: Any, db: str, cdc_setti
     time.sleep(2)
     writer.stop_event.set()
     writer.join(timeout=30)
-    _applied(cdc_settings, store, th)
+    th.wait_applied(cdc_settings)
     assert th.error is None, th.error
     assert writer.statements > 200
     t = {n: f"{db}.{n}" for n in NAMES}
     for n in ("t_add", "t_modify"):  # nothing to lose: equal under both policies
-        _equal(cdc_settings, sink, t[n])
+        assert_sink_equals_source(cdc_settings, sink, t[n])
     assert str(sink.read(t["t_modify"]).schema.field("extra").type) == "int64"
     manifest = store.read_manifest()
     ended = manifest.ended_tables()
     assert ended == sorted([t["t_drop"], t["t_rename"], f"{db}._t_swap_gho"])
     # the gh-ost cut-over: t_swap continues from its shadow's rows, captured from the shadow's CREATE
-    _equal(cdc_settings, sink, t["t_swap"])
+    assert_sink_equals_source(cdc_settings, sink, t["t_swap"])
     assert "added" in sink.read(t["t_swap"]).schema.names
     assert manifest.tables[f"{db}._t_swap_gho"].shadow_of == t["t_swap"]
     assert [s for _, s in manifest.tables[t["t_swap"]].replaced_from] == [f"{db}._t_swap_gho"]
     if policy == "evolve":
         for n in ("t_dropcol", "t_renamecol", "t_truncate"):
-            _equal(cdc_settings, sink, t[n])
+            assert_sink_equals_source(cdc_settings, sink, t[n])
         assert "note" not in sink.read(t["t_dropcol"]).schema.names
         names = sink.read(t["t_renamecol"]).schema.names
         assert "label" in names and "note" not in names
@@ -218,7 +192,7 @@ def test_every_ddl_while_writing(pipeline: Any, mariadb: Any, db: str, cdc_setti
         assert sink.read(t["t_drop"]).num_rows == 0 and sink.read(t["t_rename"]).num_rows == 0
         assert manifest.tables[t["t_renamecol"]].renamed_columns == {"note": "label"}
     else:
-        _equal(cdc_settings, sink, t["t_dropcol"])  # on the source's columns; the lake keeps note
+        assert_sink_equals_source(cdc_settings, sink, t["t_dropcol"])  # on the source's columns; the lake keeps note
         dropcol = _rows(sink, t["t_dropcol"])
         assert all(dropcol[i]["note"] == f"n{i}" for i in range(ROWS - UNTOUCHED + 1, ROWS + 1))
         with cdc_settings.connect() as conn, conn.cursor() as cur:
@@ -236,7 +210,7 @@ def test_every_ddl_while_writing(pipeline: Any, mariadb: Any, db: str, cdc_setti
         assert set(truncated) == set(before) | {9001, 9002}
         assert all(truncated[i]["v"] == before[i]["v"] for i in before)
         for n in ("t_drop", "t_rename"):  # kept as they were at the DDL
-            _equal(cdc_settings, sink, t[n], f"{db}._before_{n}")
+            assert_sink_equals_source(cdc_settings, sink, t[n], f"{db}._before_{n}")
     history = store.read_json(SCHEMA_HISTORY)
     assert {h["table"] for h in history} >= {t[n] for n in NAMES}
     assert all(h["policy"] == policy for h in history)
@@ -252,10 +226,10 @@ def test_every_ddl_while_writing(pipeline: Any, mariadb: Any, db: str, cdc_setti
     finalize_run(store, sink, "p2")
     mariadb.execute(f"UPDATE `{db}`.t_swap SET added = 1 WHERE id <= 20",
                     f"UPDATE `{db}`.t_renamed SET v = -v WHERE id <= 20")  # fmt: skip
-    _applied(cdc_settings, store, th)
+    th.wait_applied(cdc_settings)
     assert th.error is None, th.error
-    _equal(cdc_settings, sink, t["t_swap"])
-    _equal(cdc_settings, sink, f"{db}.t_renamed")
+    assert_sink_equals_source(cdc_settings, sink, t["t_swap"])
+    assert_sink_equals_source(cdc_settings, sink, f"{db}.t_renamed")
     assert store.read_manifest().tables[t["t_swap"]].ended_at is None
     assert not store.read_manifest().tables[f"{db}.t_renamed"].ended_at
 
@@ -297,16 +271,16 @@ def test_fail_stops_before_each_ddl_and_the_fix_resumes(pipeline: Any, db: str, 
         n += 1
         fixed = _start(spark, cdc_settings, store, sink, "evolve", threads, n)
         with writer.lock:  # the writer waits while the lake is compared with the source
-            _applied(cdc_settings, store, fixed)
+            fixed.wait_applied(cdc_settings)
             assert fixed.error is None, fixed.error
             if kind in ("ALTER", "TRUNCATE"):
-                _equal(cdc_settings, sink, f"{db}.{name}")
+                assert_sink_equals_source(cdc_settings, sink, f"{db}.{name}")
         fixed.stop_event.set()
         fixed.join(timeout=120)
     writer.stop_event.set()
     writer.join(timeout=30)
     th = _start(spark, cdc_settings, store, sink, "fail", threads, n + 1)
-    _applied(cdc_settings, store, th)
+    th.wait_applied(cdc_settings)
     for name in ("t_add", "t_dropcol", "t_renamecol", "t_modify", "t_truncate", "t_swap"):
-        _equal(cdc_settings, sink, f"{db}.{name}")
+        assert_sink_equals_source(cdc_settings, sink, f"{db}.{name}")
     assert store.read_manifest().ended_tables() == sorted([f"{db}.t_drop", f"{db}.t_rename"])

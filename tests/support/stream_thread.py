@@ -49,6 +49,28 @@ class StreamThread(threading.Thread):
             time.sleep(0.2)
         return self
 
+    def wait_applied(self, settings: Any, timeout: float = 300) -> None:
+        """Return once the stream applied everything up to the source's offset now; a stream thread
+        that died says why instead of a timeout."""
+        from airflow_provider_mysqlcdc.mysql.server import current_offset
+        from airflow_provider_mysqlcdc.stream.control import wait_until_applied
+
+        store = self.args[2]
+        with settings.connect() as conn:
+            target = current_offset(conn)
+        end = time.monotonic() + timeout
+        while True:
+            assert self.is_alive() or self.error is None, self.error
+            if stream_state(store)["state"] != "starting":
+                self.recorder._last_beat = 0  # heartbeat now, not in 5 s
+                try:
+                    wait_until_applied(store, target, timeout=5)
+                    return
+                except TimeoutError:
+                    pass
+            assert time.monotonic() < end, f"the stream did not reach {target}"
+            time.sleep(0.2)
+
     def run(self) -> None:
         spark, settings, store, sink = self.args
         try:

@@ -87,3 +87,14 @@ def compare(conn: Any, schema: TableSchema, sink_table: pa.Table) -> TableCompar
                 break
         diff = diff or "tables differ"
     return TableComparison(str(schema.table), src.num_rows, snk.num_rows, _checksum(src), _checksum(snk), diff)
+
+
+def assert_sink_equals_source(settings: Any, sink: Any, table: str, source: str | None = None) -> None:
+    """The Delta table of ``table`` equals the source table ``source`` (default: ``table``)."""
+    from airflow_provider_mysqlcdc.core.table import TableId
+    from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+
+    with settings.connect() as conn:
+        cmp = compare(conn, read_table_schema(conn, TableId.parse(source or table)), sink.read(table))
+    assert cmp.match, (table, cmp)
+
