@@ -67,6 +67,7 @@ from airflow_provider_mysqlcdc.plan_rules import (
     check_owners,
     check_proportions,
     check_reserved_columns,
+    check_routes,
     chosen_repairs,
     purged_restart,
     resolved_start,
@@ -182,6 +183,7 @@ def plan_run(
     repairs = chosen_repairs(config, manifest, snapshot_tables, notes, conn)
     check_metadata_columns(config, manifest, tables)
     check_changelog_location(config, tables)
+    notes += check_routes(conn, config, manifest, tables)
     unchanged = [t for t in tables if t not in snapshot_tables and t not in offset_tables and t not in repairs]
 
     # The stream keeps running while tables are (re-)snapshotted: finalize_run pauses it for the
@@ -313,6 +315,7 @@ def finalize_run(
     # the tables this plan takes over from another pipeline may be swapped in by this sink
     if hasattr(sink, "takeover"):
         sink.takeover |= set(record.takeover_tables)
+        sink.routes = record.routes
     group_ids = record.group_ids
     if summaries is not None:
         seen = {int(s["group_id"]) for s in summaries if s}
@@ -337,6 +340,9 @@ def finalize_run(
         collations.update(o.collation_objects())
         sink.prepare_table(t, lake_schema(cdc_types.arrow_schema(schema), record.metadata_columns),
                            new_tables[t].merge_key)  # fmt: skip
+    for t, entry in new_tables.items():  # a routed shard's Delta table is its route's target
+        route = record.routes.route_of(t)
+        entry.routed_to = route.target if route else None
 
     # changelog_tables switched on or off for tables already captured: the stream takes it at a hand-over
     logged = {t for t, e in old.tables.items() if e.changelog != record.has_changelog(t)} if old else set()

@@ -9,15 +9,18 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, incompatible_shards
 from airflow_provider_mysqlcdc.core.row_metadata import METADATA_COLUMNS, reserved_columns
-from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
 from airflow_provider_mysqlcdc.mysql.checks import row_filter_problem
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
 from airflow_provider_mysqlcdc.sinks.delta_changelog import CHANGELOG_DIR
 from airflow_provider_mysqlcdc.state import StateStore
@@ -137,6 +140,54 @@ def check_reserved_columns(config: PipelineConfig, schemas: dict[str, TableSchem
             f"metadata_columns adds the columns {list(METADATA_COLUMNS)} to the Delta tables, but {clash} already "
             "have columns of those names: set metadata_columns=false, or leave those tables out of tables"
         )
+
+
+def check_routes(conn: Any, config: PipelineConfig, captured: Manifest | None, tables: list[str]) -> list[str]:
+    """The routes of sharded tables (docs/architecture.md, "Routing sharded tables"): a target is no
+    captured table of its own, a captured table keeps the Delta table it was captured into, and the
+    shards of one target have the same columns, types and key (read from the source, named per
+    column when they differ). Returns the plan's notes on what each route collected."""
+    routes = config.routing
+    if not routes.rules:
+        return []
+    by_target: dict[str, list[str]] = {}
+    for t in tables:
+        r = routes.route_of(t)
+        if r is not None:
+            by_target.setdefault(r.target, []).append(t)
+    problems: list[str] = []
+    unrouted = {t for t in tables if routes.route_of(t) is None} | {
+        t for t, e in (captured.tables.items() if captured else ()) if e.ended_at is None and not e.routed_to}
+    problems += [f"route target {t} is also a captured table of its own: route the shards to another name"
+                 for t in sorted(set(by_target) & unrouted)]  # fmt: skip
+    empty = [r.source for r in routes.rules if not any(r.matches(t) for t in tables)]
+    for t in tables:
+        e = captured.tables.get(t) if captured else None
+        if e is None or e.ended_at is not None:
+            continue
+        r = routes.route_of(t)
+        if (r.target if r else None) != e.routed_to:
+            was = f"into {e.routed_to}" if e.routed_to else "into a Delta table of its own"
+            now = f"routes now send it to {r.target}" if r else "no route selects it now"
+            problems.append(f"{t} was captured {was}, and {now}: a captured table keeps its Delta table. Change "
+                            "routes back, or capture the new shape with a new pipeline_id and sink_root")  # fmt: skip
+    for target, shards in sorted(by_target.items()):
+        schemas = {t: read_table_schema(conn, TableId.parse(t)) for t in shards}
+        clash = [t for t, s in schemas.items() if any(c.name in SOURCE_COLUMNS for c in s.columns)]
+        if clash:
+            problems.append(f"{clash} have a column named like {list(SOURCE_COLUMNS)}, which routing adds: rename it "
+                            "or do not route these tables")  # fmt: skip
+        shapes = {t: ({f.name: str(f.type) for f in cdc_types.arrow_schema(s)},
+                      list(s.primary_key) or list(config.chunk_key_columns.get(t) or []))
+                  for t, s in schemas.items()}  # fmt: skip
+        why = incompatible_shards(target, shapes)
+        if why:
+            problems.append(why)
+    if problems:
+        raise PipelineStateError("; ".join(problems))
+    notes = [f"route {target}: {len(shards)} table(s) {shards[:10]}{' …' if len(shards) > 10 else ''}"
+             for target, shards in sorted(by_target.items())]  # fmt: skip
+    return notes + [f"route {s} matched no selected table" for s in empty]
 
 
 def resolved_start(

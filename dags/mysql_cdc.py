@@ -179,6 +179,16 @@ with DAG(
             description="New tables' Delta tables get _op (r snapshot, c insert, u update), _commit_ts, _binlog_file "
             "and _binlog_pos: the event that last wrote each row. Fixed per table when it is first captured.",
         ),
+        "routes": Param(
+            [], type="array", title="Routes (sharded tables)",
+            description="Route shards into one Delta table: each rule's source is a name or pattern of selected "
+            "tables (e.g. db_[0-9]+\\.orders_[0-9]+), its target a <database>.<table>. The target gets "
+            "_source_database and _source_table columns, which join the primary key, so one key in two shards is two "
+            "rows. Shards must have the same columns, types and key (the plan names what differs).",
+            items={"type": "object", "required": ["source", "target"], "additionalProperties": False,
+                   "properties": {"source": {"type": "string", "pattern": SELECTION_PATTERN},
+                                  "target": {"type": "string", "pattern": TABLE_PATTERN}}},
+        ),
         "takeover_tables": Param(
             [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
@@ -239,6 +249,7 @@ with DAG(
         max_rows_per_second="{{ params.max_rows_per_second }}",
         changelog_tables="{{ params.changelog_tables }}",
         metadata_columns="{{ params.metadata_columns }}",
+        routes="{{ params.routes }}",
         backfill_tables="{{ params.backfill_tables }}",
         skip_backfill="{{ params.skip_backfill }}",
         chunk_key_columns="{{ params.chunk_key_columns }}",

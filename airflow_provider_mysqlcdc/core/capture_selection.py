@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.routing import Routes
 from airflow_provider_mysqlcdc.core.table_selection import TableSelection
 
 
@@ -26,6 +27,11 @@ class CaptureSelection:
     changelog_tables: tuple[str, ...] = ()
     metadata_columns: bool = False
     chunk_key_columns: Mapping[str, list[str]] = field(default_factory=dict)
+    routes: tuple[Mapping[str, str], ...] = ()  # core/routing.py: a created shard goes to its route's target
+
+    @property
+    def routing(self) -> Routes:
+        return Routes.from_list(self.routes)
 
     def selects(self, table: str) -> bool:
         return bool(self.tables) and TableSelection.parse(list(self.tables), list(self.exclude_tables)).selects(table)
@@ -36,13 +42,14 @@ class CaptureSelection:
     def to_dict(self) -> dict[str, Any]:
         return {"tables": list(self.tables), "exclude_tables": list(self.exclude_tables),
                 "changelog_tables": list(self.changelog_tables), "metadata_columns": self.metadata_columns,
-                "chunk_key_columns": dict(self.chunk_key_columns)}  # fmt: skip
+                "chunk_key_columns": dict(self.chunk_key_columns),
+                "routes": [dict(r) for r in self.routes]}  # fmt: skip
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CaptureSelection:
         return cls(tuple(d.get("tables") or ()), tuple(d.get("exclude_tables") or ()),
                    tuple(d.get("changelog_tables") or ()), bool(d.get("metadata_columns", False)),
-                   dict(d.get("chunk_key_columns") or {}))  # fmt: skip
+                   dict(d.get("chunk_key_columns") or {}), tuple(dict(r) for r in d.get("routes") or ()))  # fmt: skip
 
 
 __all__ = ["CaptureSelection"]

@@ -30,8 +30,9 @@ from airflow_provider_mysqlcdc.core.param_values import (
     table_list,
     timestamp_value,
 )
+from airflow_provider_mysqlcdc.core.routing import Routes
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
-from airflow_provider_mysqlcdc.core.table_selection import TableSelection
+from airflow_provider_mysqlcdc.core.table_selection import TablePattern, TableSelection
 
 STARTUP_MODES = ("initial", "latest-offset", "specific-offset", "snapshot-only", "earliest-offset", "timestamp")
 #: Modes that start new tables at an offset other than "now": the stream's checkpoint must not be past it.
@@ -96,6 +97,7 @@ class PipelineConfig:
     max_rows_per_second: int | None = None  # the snapshot's read rate over all its tasks; None = unlimited
     changelog_tables: list[str] = field(default_factory=list)  # names/patterns whose changes are also logged
     metadata_columns: bool = False  # mirror rows carry _op, _commit_ts, _binlog_file, _binlog_pos
+    routes: list[dict[str, str]] = field(default_factory=list)  # [{source: pattern, target: db.table}]
     notes: list[str] = field(default_factory=list)  # warnings worth a log line (deprecated names)
 
     @property
@@ -105,6 +107,11 @@ class PipelineConfig:
     def has_changelog(self, table: str) -> bool:
         """Whether ``table`` (a captured one) gets a changelog table (docs/architecture.md, "Changelog")."""
         return bool(self.changelog_tables) and TableSelection.parse(self.changelog_tables).selects(table)
+
+    @property
+    def routing(self) -> Routes:
+        """The routes of sharded tables into shared Delta tables (core/routing.py)."""
+        return Routes.from_list(self.routes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,6 +200,12 @@ class PipelineConfig:
         if exact:
             problems.append(f"changelog_tables names {exact}, which are not in tables {tables}: add them to tables")
         metadata = bool_value("metadata_columns", params.get("metadata_columns", False), problems)
+        routes = Routes.parse(params.get("routes"), problems)
+        stray = [r.source for r in routes.rules if TablePattern.parse(r.source).kind == "exact"
+                 and selection is not None and not selection.selects(r.source)]  # fmt: skip
+        if stray:
+            problems.append(f"routes name {stray}, which are not in tables {tables}: a route applies to captured "
+                            "tables only; add them (or a pattern selecting them) to tables")  # fmt: skip
         rate = given_value(params, "max_rows_per_second", None)
         rate = None if rate is None or rate == 0 or rate == "0" else int_value("max_rows_per_second", rate, 1, None,
                                                                         problems)  # fmt: skip
@@ -286,5 +299,6 @@ class PipelineConfig:
             max_rows_per_second=rate,
             changelog_tables=changelog,
             metadata_columns=metadata,
+            routes=routes.to_list(),
             notes=notes,
         )

@@ -85,6 +85,7 @@ class CapturedTable:
     shadow_of: str | None = None  # the table this one is an online schema change's shadow copy of
     # cut-overs: at each offset the table continued from its shadow table's rows (core/ddl.shadow_of)
     replaced_from: list[tuple[BinlogOffset, str]] = field(default_factory=list)
+    routed_to: str | None = None  # the shared Delta table of a routed shard (core/routing.py)
 
     @property
     def source_schema(self) -> TableSchema:
@@ -144,6 +145,8 @@ class CapturedTable:
             out["shadow_of"] = self.shadow_of
         if self.replaced_from:
             out["replaced_from"] = [{"offset": o.to_dict(), "table": t} for o, t in self.replaced_from]
+        if self.routed_to:
+            out["routed_to"] = self.routed_to
         return out
 
     @classmethod
@@ -168,6 +171,7 @@ class CapturedTable:
             BinlogOffset.from_dict(d["ended_at"]) if d.get("ended_at") else None,
             d.get("shadow_of") or None,
             [(BinlogOffset.from_dict(r["offset"]), str(r["table"])) for r in d.get("replaced_from", [])],
+            d.get("routed_to") or None,
         )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
+from airflow_provider_mysqlcdc.core.routing import Routes
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.core.table_selection import TableSelection
@@ -122,6 +123,11 @@ class PlanRecord:
     def metadata_columns(self) -> bool:
         """Whether the mirror tables this run writes carry the metadata columns."""
         return bool(self.pipeline.get("metadata_columns", False))
+
+    @property
+    def routes(self) -> Routes:
+        """This run's routes of sharded tables into shared Delta tables (core/routing.py)."""
+        return Routes.from_list(self.pipeline.get("routes"))
 
     def has_changelog(self, table: str) -> bool:
         """Whether this run's config gives ``table`` a changelog (``changelog_tables``)."""

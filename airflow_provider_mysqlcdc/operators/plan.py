@@ -13,7 +13,7 @@ from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUP
 
 
 class MySqlCdcPlanOperator(BaseOperator):
-    """Plan one run of a CDC pipeline; returns one small descriptor per chunk group, for mapping.
+    r"""Plan one run of a CDC pipeline; returns one small descriptor per chunk group, for mapping.
 
     The descriptors (``{"pipeline_id", "state_root", "sink_root", "plan_id", "group_id",
     "group_label"}``) feed ``MySqlCdcSnapshotOperator.partial(...).expand_kwargs(plan.output)``: the
@@ -63,6 +63,10 @@ class MySqlCdcPlanOperator(BaseOperator):
         docs/architecture.md, "Changelog")
     :param metadata_columns: the mirror tables get ``_op``, ``_commit_ts``, ``_binlog_file`` and
         ``_binlog_pos`` (the event that last wrote each row); fixed per table when first captured
+    :param routes: ``[{"source": pattern, "target": "db.table"}]``: the selected tables a pattern
+        matches (shards such as ``db_[0-9]+\.orders_[0-9]+``) share the Delta table ``target``, with
+        ``_source_database`` and ``_source_table`` columns that join the key; shards whose schemas
+        differ are refused naming the columns (docs/architecture.md, "Routing sharded tables")
     :param chunk_key_columns: per table, chunk key columns other than the primary key (tables
         without a primary key need one)
     :param takeover_tables: tables whose Delta table another pipeline owns, to take over (they are
@@ -99,6 +103,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "max_rows_per_second",
         "changelog_tables",
         "metadata_columns",
+        "routes",
         "backfill_tables",
         "skip_backfill",
         "chunk_key_columns",
@@ -130,6 +135,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         max_rows_per_second: int | str | None = None,
         changelog_tables: list[str] | str | None = None,
         metadata_columns: bool | str = False,
+        routes: list[dict[str, str]] | str | None = None,
         backfill_tables: list[str] | str | None = None,
         skip_backfill: bool | str = False,
         chunk_key_columns: dict[str, list[str]] | str | None = None,
@@ -160,6 +166,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.max_rows_per_second = max_rows_per_second
         self.changelog_tables = changelog_tables
         self.metadata_columns = metadata_columns
+        self.routes = routes
         self.backfill_tables = backfill_tables
         self.skip_backfill = skip_backfill
         self.chunk_key_columns = chunk_key_columns
@@ -190,6 +197,7 @@ class MySqlCdcPlanOperator(BaseOperator):
             max_rows_per_second=self.max_rows_per_second,
             changelog_tables=self.changelog_tables,
             metadata_columns=self.metadata_columns,
+            routes=self.routes,
             backfill_tables=self.backfill_tables,
             skip_backfill=self.skip_backfill,
             chunk_key_columns=self.chunk_key_columns,
@@ -225,7 +233,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         except ObjectStorageError as exc:
             raise AirflowFailException(str(exc)) from None
         store = StateStore(config.state_root, config.pipeline_id, storage)
-        sink = DeltaSink(config.sink_root, storage, owner=config.pipeline_id)
+        sink = DeltaSink(config.sink_root, storage, owner=config.pipeline_id, routes=config.routing)
         run_id = context.get("run_id") if context else None
         plan_id = new_plan_id(run_id)
         hook = MySqlCdcHook(self.mysql_cdc_conn_id)

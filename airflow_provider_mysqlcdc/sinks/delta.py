@@ -32,7 +32,15 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
+from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable, Routes
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema, merge_changes
+from airflow_provider_mysqlcdc.sinks.delta_routing import (
+    check_shard_evolution,
+    check_shard_schema,
+    routed_schema,
+    shard_files,
+    stamp_source,
+)
 from airflow_provider_mysqlcdc.sinks.delta_schema import (
     SchemaEvolution,
     UnsupportedSchemaChange,
@@ -46,8 +54,9 @@ log = logging.getLogger(__name__)
 SNAPSHOT_DIR = "snapshot"
 
 
-def _group_prefix(group_key: str) -> str:
-    return f"{SNAPSHOT_DIR}/{group_key}/"
+def _group_prefix(group_key: str, route: RoutedTable | None = None) -> str:
+    # a routed shard's files get a directory of their own: shards of one group share the table
+    return f"{SNAPSHOT_DIR}/{group_key}/" + (f"{route.source}/" if route else "")
 
 
 #: Commit-info key identifying one commit of this package (its version is looked up by it).
@@ -69,6 +78,10 @@ class DeltaSink:
     (two streams applying to one table would each overwrite the other's rows) unless the table is
     in ``takeover`` — then the table becomes this pipeline's when its re-snapshot is swapped in.
     Without ``owner`` (tests, tools) nothing is checked.
+
+    ``routes``: source tables a route sends to a shared Delta table (core/routing.py). Every method
+    taking a source table then works on that table's partition of the target: its files, its rows,
+    its batch ids (docs/architecture.md, "Routing sharded tables").
     """
 
     def __init__(
@@ -77,6 +90,7 @@ class DeltaSink:
         storage: lake_storage.LakeStorage | None = None,
         owner: str | None = None,
         takeover: Iterable[str] = (),
+        routes: Routes | None = None,
     ):
         if not root:
             raise ValueError("sink_root is empty: give the directory or URL where Delta tables should go")
@@ -85,6 +99,11 @@ class DeltaSink:
         self.storage_options = self.storage.delta_options(self.root)
         self.owner = owner
         self.takeover = set(takeover)
+        self.routes = routes or Routes()
+
+    def route_of(self, table: str) -> RoutedTable | None:
+        """Where a routed source table's rows go (None: to a Delta table of its own)."""
+        return self.routes.route_of(table) if self.routes.rules else None
 
     # ------------------------------------------------------------------ ownership
     def owner_of(self, table: str) -> str | None:
@@ -128,7 +147,8 @@ class DeltaSink:
         raise RuntimeError(f"could not record the owner of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
 
     def table_uri(self, table: str) -> str:
-        db, _, name = table.partition(".")
+        route = self.route_of(table)
+        db, _, name = (route.target if route else table).partition(".")
         return f"{self.root}/{db}/{name}"
 
     def _is_local(self) -> bool:
@@ -145,28 +165,36 @@ class DeltaSink:
         turns a finished program's exit code into 134.
         """
         dt = self.open(table)
-        out = pa.table(QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all())
+        route = self.route_of(table)
+        where = f" WHERE {route.predicate()}" if route else ""  # a routed table: its shard's rows
+        out = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT * FROM t{where}").read_all())
         # DataFusion hands back string_view/binary_view columns; give callers the table's own types.
-        return out.cast(delta_arrow_schema(dt))
+        out = out.cast(delta_arrow_schema(dt))
+        return out.drop_columns(list(SOURCE_COLUMNS)) if route else out
 
     def exists(self, table: str) -> bool:
         return DeltaTable.is_deltatable(self.table_uri(table), storage_options=self.storage_options)
 
     # ------------------------------------------------------------------ snapshot
     def prepare_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
+        route = self.route_of(table)
         if self.exists(table):
             self.check_owner(table)
+            if route:
+                self._check_shard_schema(table, route, schema)
             return
         uri = self.table_uri(table)
         if self._is_local():
             os.makedirs(uri, exist_ok=True)
+        name, key = (route.target, route.merge_key(primary_key)) if route else (table, primary_key)
         try:
             DeltaTable.create(
                 uri,
-                schema,
+                self.lake_schema(table, schema),
                 mode="ignore",  # another group may create it concurrently
-                name=table,
-                description=table_description(table, primary_key),  # evolve_schema reads the key back
+                partition_by=list(SOURCE_COLUMNS) if route else None,
+                name=name,
+                description=table_description(name, key),  # evolve_schema reads the key back
                 configuration={"delta.appendOnly": "false"},
                 storage_options=self.storage_options,
             )
@@ -178,11 +206,30 @@ class DeltaSink:
         self.check_owner(table)
         self.claim(table)
 
+    def lake_schema(self, table: str, schema: pa.Schema) -> pa.Schema:
+        """The Delta table's schema for ``table``'s rows: a routed table's starts with the source columns."""
+        return routed_schema(schema) if self.route_of(table) else schema
+
+    def _check_shard_schema(self, table: str, route: RoutedTable, schema: pa.Schema) -> None:
+        """A shard's columns fit the shared table; the ones it lacks are added (NULL in other shards)."""
+        current = delta_arrow_schema(self.open(table))
+        wider = check_shard_schema(table, route, current, schema)
+        if wider is not None:
+            evolve_table_schema(self, table, routed_schema(wider), None)
+            log.info("%s: columns %s added to %s (NULL in the other shards' rows)", table,
+                     [n for n in wider.names if n not in current.names], route.target)  # fmt: skip
+
     def recreate_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
         """Empty ``table``'s Delta table and give it ``schema``: a source table created again under a
         captured name starts over (the old rows stay in the Delta history until vacuumed)."""
         dt = self.open(table)
         self.check_owner(table, dt)
+        route = self.route_of(table)
+        if route:  # only this shard's rows go; the shared table keeps its schema (checked)
+            self._check_shard_schema(table, route, schema)
+            dt.delete(route.predicate())
+            log.info("%s: created again in the source; its rows in %s start over", table, route.target)
+            return
         write_deltalake(dt, schema.empty_table(), mode="overwrite", schema_mode="overwrite")
         dt = self.open(table)
         dt.alter.set_table_description(table_description(table, primary_key))
@@ -192,6 +239,11 @@ class DeltaSink:
         """Make ``table`` hold exactly ``source``'s rows, with its schema, in one commit (streamed:
         memory stays bounded by a batch). An online schema change's cut-over: the original table
         continues from its shadow's rows. Returns the new version."""
+        if self.route_of(table) or self.route_of(source):
+            raise UnsupportedSchemaChange(
+                f"an online schema change renamed {source} into {table}, and routed tables cannot continue from "
+                f"a shadow copy: re-snapshot it with resnapshot_tables=['{table}']"
+            )
         dt = self.open(table)
         self.check_owner(table, dt)
         scan = QueryBuilder().register("s", self.open(source)).execute("SELECT * FROM s")
@@ -201,7 +253,7 @@ class DeltaSink:
         return version
 
     def staging_location(self, table: str, group_key: str, attempt: str) -> str:
-        return f"{self.table_uri(table)}/{_group_prefix(group_key)}{attempt}"
+        return f"{self.table_uri(table)}/{_group_prefix(group_key, self.route_of(table))}{attempt}"
 
     def commit_snapshot_group(
         self,
@@ -214,11 +266,12 @@ class DeltaSink:
     ) -> int:
         """One Delta commit: remove this group's earlier files, add ``files``. Returns the new version."""
         uri = self.table_uri(table)
-        prefix = _group_prefix(group_key)
+        route = self.route_of(table)
+        prefix = _group_prefix(group_key, route)
 
         def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
             removes = [_remove(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
-            return removes, _add_actions(uri, files, primary_key or [], now, prefix, self.storage)
+            return removes, _add_actions(uri, files, primary_key or [], now, prefix, self.storage, route)
 
         version, removed, _ = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=False)
         log.info(
@@ -248,7 +301,8 @@ class DeltaSink:
         def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
             removes = [_remove(p, sz, now) for p, sz in have.items() if p not in wanted]
             adds = [f for p, f in wanted.items() if p not in have]
-            return removes, _add_actions(uri, adds, primary_key or [], now, storage=self.storage)
+            return removes, _add_actions(uri, adds, primary_key or [], now, storage=self.storage,
+                                         route=self.route_of(table))  # fmt: skip
 
         version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True,
                                                      new_schema=True)  # fmt: skip
@@ -280,11 +334,17 @@ class DeltaSink:
         Every attempt re-reads the table and recomputes its actions, so a retry after a conflict (a
         version taken, or a MERGE that rewrote files this commit read) is safe.
         """
+        route = self.route_of(table)
+        if route and new_schema:  # a shard's re-snapshot fits the shared schema (or widens it); never replaces it
+            self._check_shard_schema(table, route, schema)
+            new_schema = False
+        schema = self.lake_schema(table, schema)
         for attempt in range(20):
             dt = self.open(table)
             self.check_owner(table, dt)
-            current = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
-            have = dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
+            have = self.table_files(table, dt)
+            if route:  # other shards may have added columns this shard's files lack (NULL there)
+                schema = delta_arrow_schema(dt)
             changed = new_schema and column_signature(delta_arrow_schema(dt)) != column_signature(schema)
             # an overwrite removes every current file itself: add them all, remove none
             removes, adds = actions({} if changed else have, int(time.time() * 1000))
@@ -296,6 +356,7 @@ class DeltaSink:
                     [*removes, *adds],
                     mode="overwrite" if changed else "append",
                     schema=schema,
+                    partition_by=list(SOURCE_COLUMNS) if route else None,
                     commit_properties=CommitProperties(
                         custom_metadata={"mysqlcdc": json.dumps(metadata), COMMIT_ID: commit_id}
                     ),
@@ -309,6 +370,14 @@ class DeltaSink:
                     continue
                 raise
         raise RuntimeError(f"could not commit to {table}: 20 concurrent-commit conflicts in a row")
+
+    def table_files(self, table: str, dt: DeltaTable | None = None) -> dict[str, int]:
+        """The table's data files (relative path -> size); a routed table's: its shard's files only."""
+        current = pa.table((dt or self.open(table)).get_add_actions(flatten=True)).to_pydict()
+        route = self.route_of(table)
+        if route is not None:
+            return shard_files(current, route)
+        return dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
 
     def _version_of(self, table: str, commit_id: str) -> int:
         """The version this process's commit got: concurrent groups commit to the same table, so the
@@ -336,10 +405,16 @@ class DeltaSink:
     ) -> bool:
         """Apply one folded micro-batch of ``table`` as one MERGE commit, at most once per batch id.
 
-        See :func:`~airflow_provider_mysqlcdc.sinks.delta_merge.merge_changes`.
+        See :func:`~airflow_provider_mysqlcdc.sinks.delta_merge.merge_changes`. A routed table's rows
+        carry its source columns, join on them too, and record the batch under its own app id.
         """
+        route = self.route_of(table)
+        if route:
+            upserts, deletes = stamp_source(upserts, route), stamp_source(deletes, route)
+            primary_key, app_id = route.merge_key(primary_key), route.app_id(app_id)
         return merge_changes(
-            self, table, upserts, deletes, primary_key, app_id, version, before_merge=before_merge
+            self, table, upserts, deletes, primary_key, app_id, version, before_merge=before_merge,
+            fill_absent=route is not None,
         )
 
     def evolve_schema(
@@ -356,6 +431,12 @@ class DeltaSink:
 
         See :func:`~airflow_provider_mysqlcdc.sinks.delta_schema.evolve_table_schema`.
         """
+        route = self.route_of(table)
+        if route:  # a shared table follows one shard's ADD COLUMN only
+            check_shard_evolution(table, route, delta_arrow_schema(self.open(table)), new_schema, drop_columns,
+                                  rename_columns)  # fmt: skip
+            new_schema = routed_schema(new_schema)
+            primary_key = None if primary_key is None else route.merge_key(primary_key)
         return evolve_table_schema(self, table, new_schema, primary_key, drop_columns=drop_columns,
                                    rename_columns=rename_columns, before_commit=before_commit)  # fmt: skip
 
@@ -375,6 +456,7 @@ def _add_actions(
     now: int,
     prefix: str | None = None,
     storage: lake_storage.LakeStorage = lake_storage.LOCAL,
+    route: RoutedTable | None = None,
 ) -> list[AddAction]:
     adds = []
     for f in files:
@@ -385,7 +467,7 @@ def _add_actions(
             AddAction(
                 path=rel,
                 size=f.size,
-                partition_values={},
+                partition_values=route.partition_values if route else {},
                 modification_time=now,
                 data_change=True,
                 stats=_stats_json(f.path, f.rows, primary_key, storage),

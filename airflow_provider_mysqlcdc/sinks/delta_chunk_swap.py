@@ -81,7 +81,8 @@ def replace_chunk_rows(
                 out = f"{uri}/{REPAIR_DIR}/{attempt}-{n:05d}.parquet"
                 written = sink.storage.write_parquet(kept, out, compression="snappy")
                 kept_files.append(StagedFile(out, kept.num_rows, written))
-        adds = _add_actions(uri, [*files, *kept_files], primary_key, now, storage=sink.storage)
+        adds = _add_actions(uri, [*files, *kept_files], primary_key, now, storage=sink.storage,
+                            route=sink.route_of(table))  # fmt: skip
         return removes, adds
 
     version, _, _ = sink._commit_files(table, actions, schema, metadata, skip_if_unchanged=True)

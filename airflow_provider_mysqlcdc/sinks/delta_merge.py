@@ -22,6 +22,7 @@ from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, Transaction
 
 if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.core.routing import RoutedTable
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def merge_changes(
     version: int,
     *,
     before_merge: Callable[[], None] | None = None,
+    fill_absent: bool = False,
 ) -> bool:
     """Apply one folded micro-batch of ``table`` as one MERGE commit, at most once per batch id.
 
@@ -106,7 +108,7 @@ def merge_changes(
         if not rerun and done is not None and done >= version:
             log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
             return False
-        source = _merge_source(table, delta_arrow_schema(dt), upserts, deletes, pk)
+        source = _merge_source(table, delta_arrow_schema(dt), upserts, deletes, pk, fill_absent)
         read_version = dt.version()
         commit = CommitProperties(
             app_transactions=[Transaction(app_id, version)],
@@ -171,7 +173,10 @@ def replace_rows(
     rows its changes after the DDL leave (docs/architecture.md, "Schema changes"). One overwrite
     commit tagged ``(app_id, version)`` like :func:`merge_changes`, so a reader sees the table
     before the batch or after it, never empty in between, and a replay skips it. Returns True when
-    this call committed."""
+    this call committed. A routed table's shard is replaced, the other shards' rows stay."""
+    route = sink.route_of(table)
+    if route:
+        app_id = route.app_id(app_id)
     for attempt in range(COMMIT_ATTEMPTS):
         dt = sink.open(table)
         sink.check_owner(table, dt)
@@ -180,13 +185,18 @@ def replace_rows(
             log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
             return False
         target = delta_arrow_schema(dt)
-        data = rows if isinstance(rows, pa.RecordBatchReader) else conform_upserts(table, target, rows)
+        data: pa.Table | pa.RecordBatchReader = rows
+        if route:
+            data = _stamped(rows, route)
+        if not isinstance(data, pa.RecordBatchReader):
+            data = conform_upserts(table, target, data, fill_absent=route is not None)
         commit = CommitProperties(
             app_transactions=[Transaction(app_id, version)],
             custom_metadata={"mysqlcdc": json.dumps({"app_id": app_id, "version": version, "replaced": True})},
         )
         try:
-            write_deltalake(dt, data, mode="overwrite", commit_properties=commit)
+            write_deltalake(dt, data, mode="overwrite", commit_properties=commit,
+                            predicate=route.predicate() if route else None)  # fmt: skip
         except CommitFailedError as exc:
             if isinstance(rows, pa.RecordBatchReader):
                 raise  # consumed: the caller retries the batch
@@ -199,12 +209,24 @@ def replace_rows(
     raise RuntimeError(f"could not replace the rows of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
 
 
-def conform_upserts(table: str, target: pa.Schema, upserts: pa.Table) -> pa.Table:
+def _stamped(rows: pa.Table | pa.RecordBatchReader, route: RoutedTable) -> pa.Table | pa.RecordBatchReader:
+    """Rows of a routed table with its source columns, for a table or streamed batch by batch."""
+    from airflow_provider_mysqlcdc.sinks.delta_routing import stamp_source
+
+    if isinstance(rows, pa.Table):
+        return stamp_source(rows, route)
+    stamped = stamp_source(rows.schema.empty_table(), route).schema
+    batches = (b for t in (stamp_source(pa.Table.from_batches([b]), route) for b in rows) for b in t.to_batches())
+    return pa.RecordBatchReader.from_batches(stamped, batches)
+
+
+def conform_upserts(table: str, target: pa.Schema, upserts: pa.Table, fill_absent: bool = False) -> pa.Table:
     """``upserts`` as full rows of the Delta table: its columns, in its order, cast to its types.
 
     Safe casts (an overflow raises), so a batch may carry the narrower types of the source before a
     widening; columns the table lacks fail, so a schema change the caller has not applied with
-    ``evolve_schema`` is never silently dropped.
+    ``evolve_schema`` is never silently dropped. ``fill_absent``: columns the rows lack are NULL (a
+    routed shard whose ADD COLUMN has not happened yet, while another shard's has).
     """
     extra = [c for c in upserts.column_names if c not in target.names]
     if extra:
@@ -215,13 +237,16 @@ def conform_upserts(table: str, target: pa.Schema, upserts: pa.Table) -> pa.Tabl
     if not upserts.num_rows:
         return target.empty_table()
     absent = [f.name for f in target if f.name not in upserts.column_names]
-    if absent:
+    if absent and not fill_absent:
         raise ValueError(f"{table}: upserts lack columns {absent}; upserts must be full rows (binlog_row_image=FULL)")
-    return pa.Table.from_arrays([upserts.column(f.name).cast(f.type) for f in target], schema=target)
+    n = upserts.num_rows
+    cols = [upserts.column(f.name).cast(f.type) if f.name not in absent else pa.nulls(n, f.type) for f in target]
+    return pa.Table.from_arrays(cols, schema=target)
 
 
 def _merge_source(
-    table: str, target: pa.Schema, upserts: pa.Table, deletes: pa.Table, primary_key: list[str]
+    table: str, target: pa.Schema, upserts: pa.Table, deletes: pa.Table, primary_key: list[str],
+    fill_absent: bool = False,
 ) -> pa.Table:
     """One MERGE source: upsert rows and delete keys, cast to the table's types, plus a delete flag.
 
@@ -234,7 +259,7 @@ def _merge_source(
     missing_pk = [c for c in primary_key if c not in target.names]
     if missing_pk:
         raise ValueError(f"{table}: primary key columns {missing_pk} are not columns of its Delta table")
-    upserts = conform_upserts(table, target, upserts)
+    upserts = conform_upserts(table, target, upserts, fill_absent)
     absent_keys = [c for c in primary_key if c not in deletes.column_names]
     if deletes.num_rows and absent_keys:
         raise ValueError(f"{table}: deletes lack primary key columns {absent_keys}")

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
+from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, conform_upserts
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
@@ -87,8 +88,9 @@ class _NewFile:
 class _TableFiles:
     """Data files of one Delta table by their relative paths, on a local disk or an object store."""
 
-    def __init__(self, uri: str, storage: LakeStorage):
+    def __init__(self, uri: str, storage: LakeStorage, stream_dir: str = STREAM_DIR):
         self.uri = uri.rstrip("/")
+        self.stream_dir = stream_dir  # a routed shard's batches write under a directory of their own
         self.local = is_local(uri)
         if self.local:
             self.fs, self.root = None, self.uri.removeprefix("file://")
@@ -117,7 +119,7 @@ class _TableFiles:
         on an object store VACUUM removes them)."""
         if self.fs is not None:
             return
-        parent = os.path.join(self.root, STREAM_DIR)
+        parent = os.path.join(self.root, self.stream_dir)
         if not os.path.isdir(parent):
             return
         for name in os.listdir(parent):
@@ -204,9 +206,13 @@ def apply_folded_changes(
 
     ``workdir`` is a private local scratch directory; ``memory_bytes`` bounds the changed keys held
     at once (the rest is spilled there). ``progress(phase, details)`` is called as the work moves
-    on, for the stream's log and status.
+    on, for the stream's log and status. A routed table (core/routing.py) rewrites only its shard's
+    files and records the batch under its shard's app id.
     """
     t0 = time.monotonic()
+    route = sink.route_of(table)
+    if route:
+        app_id = route.app_id(app_id)
     report = progress or (lambda phase, details: None)
     dt = sink.open(table)
     sink.check_owner(table, dt)
@@ -216,19 +222,21 @@ def apply_folded_changes(
         for _ in buckets:  # drain: the caller's scratch files are released as buckets are read
             pass
         return RewriteResult(applied=False, seconds=time.monotonic() - t0)
-    target = pa.schema(dt.schema().to_arrow())
+    full = pa.schema(dt.schema().to_arrow())
+    # a routed table's source columns are partition values, not columns of its files
+    target = pa.schema([f for f in full if f.name not in SOURCE_COLUMNS]) if route else full
     key = list(primary_key)
     key_schema = pa.schema([target.field(c) for c in key])
-    files = _TableFiles(sink.table_uri(table), sink.storage)
+    files = _TableFiles(sink.table_uri(table), sink.storage, f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)
     prefix = f"b{version:010d}-"
     files.remove_uncommitted(prefix)
-    directory = f"{STREAM_DIR}/{prefix}{uuid.uuid4().hex[:12]}"
+    directory = f"{files.stream_dir}/{prefix}{uuid.uuid4().hex[:12]}"
     os.makedirs(workdir, exist_ok=True)
     keys = ChangedKeys(key_schema, workdir, max(1, memory_bytes // 2))
     result = RewriteResult(applied=True)
     up_writer = _FileWriter(files, directory, "upserts", target, key)
     for i, fb in enumerate(buckets):
-        up = conform_upserts(table, target, fb.upserts)
+        up = conform_upserts(table, target, fb.upserts, fill_absent=route is not None)
         if up.num_rows:
             up_writer.write(up.sort_by([(c, "ascending") for c in key]))
         keys.add(fb.changed_keys(key_schema))
@@ -248,6 +256,9 @@ def apply_folded_changes(
                 log.info("%s: batch %s/%s was applied concurrently; skipped", table, app_id, version)
                 return RewriteResult(applied=False, seconds=time.monotonic() - t0)
         current = pa.table(dt.get_add_actions(flatten=True))
+        if route:  # only the shard's files
+            mine = sink.table_files(table, dt)
+            current = current.filter(pa.array([p in mine for p in current.column("path").to_pylist()], pa.bool_()))
         masks, passes = _match_target(files, current, keys, key, report)
         result.key_passes = passes
         rewrite = _FileWriter(files, directory, f"rewrite-{attempt:02d}", target, key)
@@ -261,8 +272,8 @@ def apply_folded_changes(
         rewrite.close()
         new_files = up_writer.written + rewrite.written
         adds = [
-            AddAction(path=f.rel, size=f.size, partition_values={}, modification_time=now, data_change=True,
-                      stats=f.stats)
+            AddAction(path=f.rel, size=f.size, partition_values=route.partition_values if route else {},
+                      modification_time=now, data_change=True, stats=f.stats)
             for f in new_files
         ]  # fmt: skip
         commit = CommitProperties(
@@ -274,7 +285,8 @@ def apply_folded_changes(
         )  # fmt: skip
         report("committing", {"files_removed": len(removes), "files_added": len(adds)})
         try:
-            dt.create_write_transaction([*removes, *adds], mode="append", schema=target, commit_properties=commit)
+            dt.create_write_transaction([*removes, *adds], mode="append", schema=full, commit_properties=commit,
+                                        partition_by=list(SOURCE_COLUMNS) if route else None)  # fmt: skip
         except CommitFailedError as exc:
             log.info("%s: commit of batch %s/%s conflicted with a concurrent commit (%s); matching again",
                      table, app_id, version, str(exc).splitlines()[0])

@@ -151,6 +151,7 @@ def run_snapshot_group(
     deferred = set(record.deferred_commit_tables)
     if hasattr(sink, "takeover"):  # tables this plan takes over from another pipeline
         sink.takeover |= set(record.takeover_tables)
+        sink.routes = record.routes  # routed shards write their share of a shared table
     groups = {g.group_id: g for g in plan.groups}
     if group_id not in groups:
         raise SnapshotError(f"plan {plan_id} has no chunk group {group_id} (it has {len(groups)} groups)")

@@ -116,7 +116,8 @@ class BatchApplier:
         pointer = self.store.read_plan_pointer()
         orphans = pointer is None or pointer.finalized  # no snapshot staging in flight: orphans may go
         done: dict[str, Any] = {}
-        for t in sorted(self.schemas):
+        targets = {self.sink.table_uri(t): t for t in sorted(self.schemas, reverse=True)}  # routed shards: once
+        for t in sorted(targets.values()):
             try:
                 if self.sink.exists(t):
                     done[t] = maintain_table(self.sink, t, policy, orphans=orphans).to_dict()
@@ -199,14 +200,22 @@ class BatchApplier:
                 in_memory.append(t)
                 needed += nbytes * FOLD_MEMORY_FACTOR
         # several tables at once only while their folds fit the memory one table may use
-        threads = min(self.options.apply_threads, len(in_memory)) if needed <= memory else 1
+        # routed shards of one Delta table (core/routing.py) go one after the other: one writer per table
+        units: dict[str, list[str]] = defaultdict(list)
+        for t in in_memory:
+            units[self.sink.table_uri(t)].append(t)
+
+        def apply_unit(tables: list[str]) -> None:
+            for t in tables:
+                self._apply_in_memory(t, blobs[t], batch_id)
+
+        threads = min(self.options.apply_threads, len(units)) if needed <= memory else 1
         if threads > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix=f"apply-b{batch_id}") as pool:
-                for _ in pool.map(lambda t: self._apply_in_memory(t, blobs[t], batch_id), in_memory):
+                for _ in pool.map(apply_unit, units.values()):
                     pass  # map re-raises the first table's failure
         else:
-            for t in in_memory:
-                self._apply_in_memory(t, blobs[t], batch_id)
+            apply_unit(in_memory)
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
         large_batch = None
         if progress is not None and progress.announced:

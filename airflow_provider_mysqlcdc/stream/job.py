@@ -130,6 +130,7 @@ def start_stream(
             f"no stream manifest for pipeline {store.pipeline_id} under {store.state_root}: run the snapshot and "
             "the stream operator (which builds the manifest) first"
         )
+    sink.routes = manifest.selection.routing  # routed shards write their share of a shared table
     for t in manifest.tables:  # another pipeline's table is refused before anything runs
         sink.check_owner(t)
         if sink.owner is not None and sink.exists(t) and sink.owner_of(t) is None:

@@ -97,6 +97,7 @@ def follow_schema_change(
         return []
     manifest = store.read_manifest()
     assert manifest is not None, "a schema change was recorded by a stream that had a manifest"
+    sink.routes = manifest.selection.routing
     by_table: dict[str, list[PendingDdl]] = defaultdict(list)
     for c in rec.changes:
         by_table[c.table].append(c)
@@ -213,11 +214,18 @@ def _capture_created(
     entry.added_columns = [c.name for c in schema.columns if c.name not in entry.merge_key]
     entry.schema_position = at
     lake = lake_schema(arrow, entry.metadata_columns)
-    again = sink.exists(t)
-    if again:  # created again under a name captured before: the lake table starts over, empty
-        sink.recreate_table(t, lake, entry.merge_key)
-    else:
-        sink.prepare_table(t, lake, entry.merge_key)
+    route = sink.route_of(t)  # a new shard of a routed table joins its shared Delta table
+    entry.routed_to = route.target if route else None
+    again = t in manifest.tables if route else sink.exists(t)
+    try:
+        if again:  # created again under a name captured before: the lake table starts over, empty
+            sink.recreate_table(t, lake, entry.merge_key)
+        else:
+            sink.prepare_table(t, lake, entry.merge_key)
+    except UnsupportedSchemaChange as exc:  # a shard whose columns do not fit its route's table
+        manifest.refused[t] = {"offset": at.to_dict(), "reason": str(exc)[:500]}
+        log.warning("%s was created at %s but is not captured: %s", t, at, exc)
+        return f"not captured: {exc}"
     manifest.tables[t] = entry
     manifest.collations.update(collations)
     manifest.refused.pop(t, None)

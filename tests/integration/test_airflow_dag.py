@@ -318,6 +318,8 @@ def test_bad_params_are_refused_before_any_spark_job(pipeline: dict) -> None:
         run_dag(dag, {**base, "startup_mode": "sometimes"})
     with pytest.raises(ParamValidationError, match="schema_change_policy"):
         run_dag(dag, {**base, "schema_change_policy": "ignore-everything"})
+    with pytest.raises(ParamValidationError, match="routes"):  # a route needs both source and target
+        run_dag(dag, {**base, "routes": [{"source": "cdc.t_*"}]})
     for conf in ({"tables": ["cdc.no_such_table"]}, {"chunk_size": 0}):  # no silent clamping of 0 to 1
         run = run_dag(dag, {**base, **conf})
         assert run.state == "failed"
