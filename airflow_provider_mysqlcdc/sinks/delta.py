@@ -33,6 +33,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable, Routes
+from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, relative_path, remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema, merge_changes
 from airflow_provider_mysqlcdc.sinks.delta_routing import (
     check_shard_evolution,
@@ -270,8 +271,8 @@ class DeltaSink:
         prefix = _group_prefix(group_key, route)
 
         def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
-            removes = [_remove(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
-            return removes, _add_actions(uri, files, primary_key or [], now, prefix, self.storage, route)
+            removes = [remove_action(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
+            return removes, add_actions(uri, files, primary_key or [], now, prefix, self.storage, route)
 
         version, removed, _ = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=False)
         log.info(
@@ -296,12 +297,12 @@ class DeltaSink:
         table stay, every other file is removed. Returns the new version, or None if nothing changed.
         """
         uri = self.table_uri(table)
-        wanted = {_relative(uri, f.path): f for f in files}
+        wanted = {relative_path(uri, f.path): f for f in files}
 
         def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
-            removes = [_remove(p, sz, now) for p, sz in have.items() if p not in wanted]
+            removes = [remove_action(p, sz, now) for p, sz in have.items() if p not in wanted]
             adds = [f for p, f in wanted.items() if p not in have]
-            return removes, _add_actions(uri, adds, primary_key or [], now, storage=self.storage,
+            return removes, add_actions(uri, adds, primary_key or [], now, storage=self.storage,
                                          route=self.route_of(table))  # fmt: skip
 
         version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True,
@@ -443,79 +444,6 @@ class DeltaSink:
 
 def _recorded_owner(dt: DeltaTable) -> str | None:
     return (dt.metadata().configuration or {}).get(OWNER_PROPERTY) or None
-
-
-def _remove(path: str, size: int, now: int) -> RemoveAction:
-    return RemoveAction(path=path, data_change=True, deletion_timestamp=now, size=size)
-
-
-def _add_actions(
-    uri: str,
-    files: list[StagedFile],
-    primary_key: list[str],
-    now: int,
-    prefix: str | None = None,
-    storage: lake_storage.LakeStorage = lake_storage.LOCAL,
-    route: RoutedTable | None = None,
-) -> list[AddAction]:
-    adds = []
-    for f in files:
-        rel = _relative(uri, f.path)
-        if prefix is not None and not rel.startswith(prefix):
-            raise ValueError(f"staged file {f.path} is not under {uri}/{prefix}")
-        adds.append(
-            AddAction(
-                path=rel,
-                size=f.size,
-                partition_values=route.partition_values if route else {},
-                modification_time=now,
-                data_change=True,
-                stats=_stats_json(f.path, f.rows, primary_key, storage),
-            )
-        )
-    return adds
-
-
-def _relative(table_uri: str, path: str) -> str:
-    t = table_uri.rstrip("/") + "/"
-    for cand in (path, path.replace("file://", "", 1), os.path.abspath(path) if "://" not in path else path):
-        if cand.startswith(t):
-            return cand[len(t):]
-    t_abs = os.path.abspath(table_uri).rstrip("/") + "/"
-    p_abs = os.path.abspath(path.replace("file:", "", 1).lstrip("/") if path.startswith("file:") else path)
-    if p_abs.startswith(t_abs):
-        return p_abs[len(t_abs):]
-    raise ValueError(f"{path} is not inside table {table_uri}")
-
-
-def _stats_json(path: str, rows: int, primary_key: list[str], storage: lake_storage.LakeStorage) -> str:
-    """Delta file statistics: row count, and min/max of the key columns for data skipping in MERGE."""
-    stats: dict[str, Any] = {"numRecords": rows}
-    if primary_key and rows:
-        try:
-            md = storage.parquet_file(path).metadata
-            names = md.schema.names
-            mins: dict[str, Any] = {}
-            maxs: dict[str, Any] = {}
-            for col in primary_key:
-                if col not in names:
-                    continue
-                ci = names.index(col)
-                lo = hi = None
-                for rg in range(md.num_row_groups):
-                    st = md.row_group(rg).column(ci).statistics
-                    if st is None or not st.has_min_max:
-                        lo = hi = None
-                        break
-                    lo = st.min if lo is None or st.min < lo else lo
-                    hi = st.max if hi is None or st.max > hi else hi
-                if lo is not None and isinstance(lo, int | str):
-                    mins[col], maxs[col] = lo, hi
-            if mins:
-                stats.update({"minValues": mins, "maxValues": maxs, "nullCount": dict.fromkeys(mins, 0)})
-        except (OSError, ValueError) as exc:  # stats are an optimisation; never fail a commit on them
-            log.debug("no stats for %s: %s", path, exc)
-    return json.dumps(stats)
 
 
 __all__ = [

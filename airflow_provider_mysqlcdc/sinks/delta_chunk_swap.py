@@ -25,6 +25,7 @@ from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.row_digest import normal_key
+from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, relative_path, remove_action
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -52,10 +53,8 @@ def replace_chunk_rows(
     its rows whose key lies in a repaired chunk. Returns the new version, or None when the swap was
     committed before.
     """
-    from airflow_provider_mysqlcdc.sinks.delta import _add_actions, _relative, _remove  # the sink's own helpers
-
     uri = sink.table_uri(table)
-    wanted = {_relative(uri, f.path): f for f in files}
+    wanted = {relative_path(uri, f.path): f for f in files}
     attempt = uuid.uuid4().hex[:12]
     counts = {"rewritten": 0, "rows_dropped": 0, "rows_kept": 0}
 
@@ -73,7 +72,7 @@ def replace_chunk_rows(
             if not mask.any():
                 continue
             kept = _in_schema(sink.storage.read_parquet(url), schema).filter(pa.array(~mask))
-            removes.append(_remove(rel, size, now))
+            removes.append(remove_action(rel, size, now))
             counts["rewritten"] += 1
             counts["rows_dropped"] += int(mask.sum())
             counts["rows_kept"] += kept.num_rows
@@ -81,7 +80,7 @@ def replace_chunk_rows(
                 out = f"{uri}/{REPAIR_DIR}/{attempt}-{n:05d}.parquet"
                 written = sink.storage.write_parquet(kept, out, compression="snappy")
                 kept_files.append(StagedFile(out, kept.num_rows, written))
-        adds = _add_actions(uri, [*files, *kept_files], primary_key, now, storage=sink.storage,
+        adds = add_actions(uri, [*files, *kept_files], primary_key, now, storage=sink.storage,
                             route=sink.route_of(table))  # fmt: skip
         return removes, adds
 
