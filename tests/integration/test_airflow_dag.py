@@ -369,3 +369,32 @@ def test_form_chunk_key_for_a_table_without_primary_key(pipeline: dict, tmp_path
     assert run.state == "success", run.task_states
     assert run.xcom("plan", key="plan_summary")["resnapshot_tables"] == ["cdc.nopk"]
     assert any("deprecated" in n for n in run.xcom("plan", key="plan_summary")["notes"])
+
+
+def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path) -> None:
+    """The trigger form's routes param: four shards snapshotted by mapped tasks into one Delta table
+    whose source columns tell the shards apart (the same ids in every shard)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    server = pipeline["server"]
+    shards = [(d, t) for d in ("cdc_r0", "cdc_r1") for t in ("orders_0", "orders_1")]
+    for d in ("cdc_r0", "cdc_r1"):
+        server.execute(f"CREATE DATABASE {d}")
+    for d, t in shards:
+        server.execute(f"CREATE TABLE {t} (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR(30))",
+                       f"INSERT INTO {t} SELECT seq, CONCAT('{d}.{t}-', seq) FROM seq_1_to_1500",
+                       database=d)  # fmt: skip
+    conf = {**pipeline["conf"], "pipeline_id": "routed", "tables": ["cdc_r?.orders_*"], "chunk_size": 500,
+            "routes": [{"source": r"cdc_r[0-9]\.orders_[0-9]", "target": "cdc.all_orders"}],
+            "startup_mode": "snapshot-only", "sink_root": str(tmp_path / "lake"),
+            "state_root": str(tmp_path / "state")}  # fmt: skip
+    run = run_dag(pipeline["dag"], conf)
+    assert run.state == "success", run.task_states
+    assert len(run.xcom("plan")) >= 2  # mapped snapshot tasks, each committing shards into the one table
+    assert any("route cdc.all_orders: 4 table(s)" in n for n in run.xcom("plan", key="plan_summary")["notes"])
+    dt = DeltaTable(f"{conf['sink_root']}/cdc/all_orders")
+    rows = QueryBuilder().register("t", dt).execute("SELECT _source_database, _source_table, id, v FROM t").read_all()
+    got = sorted(tuple(r.values()) for r in pa.table(rows).to_pylist())
+    assert got == sorted((d, t, i, f"{d}.{t}-{i}") for d, t in shards for i in range(1, 1501))
+    assert dt.metadata().partition_columns == ["_source_database", "_source_table"]
