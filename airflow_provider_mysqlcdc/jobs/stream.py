@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
     p.add_argument("--apply-threads", type=int, default=4,
                    help="tables of one micro-batch applied at once (default 4; 1 = one after the other)")
+    p.add_argument("--rewrite-below-mb", type=int, default=8,
+                   help="Delta tables up to this size take a batch by a file rewrite instead of a MERGE (default 8; "
+                   "0 = always MERGE)")
     p.add_argument("--schema-change-policy", choices=SCHEMA_CHANGE_POLICIES, default=DEFAULT_SCHEMA_CHANGE_POLICY,
                    help="what a DDL of a captured table does: evolve (the lake follows), lenient (the lake keeps "
                    "what it has: dropped columns kept, TRUNCATE ignored), fail (stop before it)")
@@ -93,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_inline_bytes=args.max_inline_bytes,
                 apply_memory_mb=args.apply_memory_mb,
                 apply_threads=args.apply_threads,
+                rewrite_below_mb=args.rewrite_below_mb,
                 schema_change_policy=args.schema_change_policy,
                 scratch_dir=args.scratch_dir,
                 source_env=args.source_env,

@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -63,6 +65,9 @@ def _group_prefix(group_key: str, route: RoutedTable | None = None) -> str:
 #: Commit-info key identifying one commit of this package (its version is looked up by it).
 COMMIT_ID = "mysqlcdc.commit"
 
+#: Memory for a small table's rewrite (its changed keys); a batch of a small table never comes near it.
+SMALL_REWRITE_MEMORY = 64 << 20
+
 #: Table property naming the pipeline that owns (writes) a Delta table.
 OWNER_PROPERTY = "mysqlcdc.pipeline"
 
@@ -92,6 +97,7 @@ class DeltaSink:
         owner: str | None = None,
         takeover: Iterable[str] = (),
         routes: Routes | None = None,
+        rewrite_below_bytes: int = 0,
     ):
         if not root:
             raise ValueError("sink_root is empty: give the directory or URL where Delta tables should go")
@@ -101,6 +107,8 @@ class DeltaSink:
         self.owner = owner
         self.takeover = set(takeover)
         self.routes = routes or Routes()
+        # stream batches into tables this small are applied by a direct file rewrite, not a MERGE
+        self.rewrite_below_bytes = rewrite_below_bytes
 
     def route_of(self, table: str) -> RoutedTable | None:
         """Where a routed source table's rows go (None: to a Delta table of its own)."""
@@ -408,7 +416,16 @@ class DeltaSink:
 
         See :func:`~airflow_provider_mysqlcdc.sinks.delta_merge.merge_changes`. A routed table's rows
         carry its source columns, join on them too, and record the batch under its own app id.
+
+        A table whose data files (its shard's, if routed) total at most ``rewrite_below_bytes`` takes
+        the batch by the copy-on-write rewrite of :mod:`~airflow_provider_mysqlcdc.sinks.delta_rewrite`
+        instead — the same result and the same batch id, without a MERGE's query planning, which is
+        most of a small table's apply time (docs/architecture.md, "Applying a batch's tables at once").
         """
+        if self.rewrite_below_bytes and before_merge is None and (upserts.num_rows or deletes.num_rows):
+            dt = self.open(table)
+            if sum(self.table_files(table, dt).values()) <= self.rewrite_below_bytes:
+                return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
         route = self.route_of(table)
         if route:
             upserts, deletes = stamp_source(upserts, route), stamp_source(deletes, route)
@@ -417,6 +434,19 @@ class DeltaSink:
             self, table, upserts, deletes, primary_key, app_id, version, before_merge=before_merge,
             fill_absent=route is not None,
         )
+
+    def _rewrite_small(self, dt: DeltaTable, table: str, upserts: pa.Table, deletes: pa.Table, key: list[str],
+                       app_id: str, version: int) -> bool:  # fmt: skip
+        from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
+        from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
+
+        workdir = tempfile.mkdtemp(prefix="mysqlcdc-rewrite-")  # spill space the keys never need in practice
+        try:
+            result = apply_folded_changes(self, table, [FoldedBucket(0, upserts, deletes.select(key))], key, app_id,
+                                          version, workdir=workdir, memory_bytes=SMALL_REWRITE_MEMORY, opened=dt)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return result.applied
 
     def evolve_schema(
         self,

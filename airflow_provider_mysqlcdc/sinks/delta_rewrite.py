@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
@@ -201,20 +202,22 @@ def apply_folded_changes(
     workdir: str,
     memory_bytes: int,
     progress: Progress | None = None,
+    opened: DeltaTable | None = None,
 ) -> RewriteResult:
     """Apply the folded buckets of one micro-batch to ``table`` as one commit (see the module doc).
 
     ``workdir`` is a private local scratch directory; ``memory_bytes`` bounds the changed keys held
     at once (the rest is spilled there). ``progress(phase, details)`` is called as the work moves
     on, for the stream's log and status. A routed table (core/routing.py) rewrites only its shard's
-    files and records the batch under its shard's app id.
+    files and records the batch under its shard's app id. ``opened``: the table, if the caller has
+    just opened it.
     """
     t0 = time.monotonic()
     route = sink.route_of(table)
     if route:
         app_id = route.app_id(app_id)
     report = progress or (lambda phase, details: None)
-    dt = sink.open(table)
+    dt = opened if opened is not None else sink.open(table)
     sink.check_owner(table, dt)
     done = dt.transaction_version(app_id)
     if done is not None and done >= version:

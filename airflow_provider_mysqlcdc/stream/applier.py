@@ -71,6 +71,7 @@ class BatchApplier:
         self.store = store
         self.checkpoint = checkpoint
         self.sink = sink
+        sink.rewrite_below_bytes = (options or StreamOptions()).rewrite_below_mb << 20
         self.manifest = manifest
         self.options = options or StreamOptions()
         self.staging = staging

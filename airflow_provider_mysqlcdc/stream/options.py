@@ -32,6 +32,10 @@ class StreamOptions:
     # batch touching many tables overlaps their commits. Only when the in-memory tables' folds fit
     # apply_memory_mb together; otherwise they go one by one.
     apply_threads: int = 4
+    # Tables whose Delta data files total at most this many MiB take a batch by a direct
+    # copy-on-write rewrite of the files it touches (sinks/delta_rewrite.py) instead of a delta-rs
+    # MERGE, whose query planning is most of a small table's apply time. 0 = always MERGE.
+    rewrite_below_mb: int = 8
     # What the stream does with a DDL of a captured table (core/schema_policy.py): evolve, lenient, fail.
     schema_change_policy: str = DEFAULT_SCHEMA_CHANGE_POLICY
     # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
@@ -46,6 +50,8 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if self.apply_memory_mb < 16:
             raise ValueError(f"apply_memory_mb must be at least 16, got {self.apply_memory_mb}")
+        if self.rewrite_below_mb < 0:
+            raise ValueError(f"rewrite_below_mb must be 0 (always MERGE) or more, got {self.rewrite_below_mb}")
         if self.apply_threads < 1:
             raise ValueError(f"apply_threads must be at least 1, got {self.apply_threads}")
         check_policy(self.schema_change_policy)

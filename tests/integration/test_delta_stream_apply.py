@@ -159,8 +159,10 @@ def _snapshot(sink: DeltaSink, ts: TableSchema, rows: list[dict[str, Any]], grou
     return sink.commit_snapshot_group(table, group, staged, schema, {"group": group}, ts.primary_key)
 
 
-def _setup(tmp_path: Path, rows: int = 200) -> tuple[DeltaSink, TableSchema, Model]:
-    sink = DeltaSink(str(tmp_path / "lake"))
+def _setup(tmp_path: Path, rows: int = 200, path: str = "merge") -> tuple[DeltaSink, TableSchema, Model]:
+    """``path``: "merge", or "rewrite" — a small table's batch applied by the file rewrite
+    (``DeltaSink.rewrite_below_bytes``, what the stream does for small tables)."""
+    sink = DeltaSink(str(tmp_path / "lake"), rewrite_below_bytes=(1 << 30) if path == "rewrite" else 0)
     ts = _schema()
     initial = [_row(ts, k, k) for k in range(rows)]
     _snapshot(sink, ts, initial, "g0")
@@ -168,8 +170,12 @@ def _setup(tmp_path: Path, rows: int = 200) -> tuple[DeltaSink, TableSchema, Mod
 
 
 # ------------------------------------------------------------------------------------ apply/MERGE
-def test_random_batches_of_upserts_deletes_and_key_moves_match_the_model(tmp_path: Path) -> None:
-    sink, ts, source = _setup(tmp_path)
+APPLY_PATHS = pytest.mark.parametrize("path", ["merge", "rewrite"])
+
+
+@APPLY_PATHS
+def test_random_batches_of_upserts_deletes_and_key_moves_match_the_model(tmp_path: Path, path: str) -> None:
+    sink, ts, source = _setup(tmp_path, path=path)
     rng = random.Random(7)
     kinds: set[str] = set()
     for version in range(1, 13):
@@ -181,8 +187,9 @@ def test_random_batches_of_upserts_deletes_and_key_moves_match_the_model(tmp_pat
     assert kinds == {"c", "u", "d", "move"}, "the random batches must exercise every kind of change"
 
 
-def test_one_batch_with_every_case_of_one_key(tmp_path: Path) -> None:
-    sink, ts, model = _setup(tmp_path, rows=10)
+@APPLY_PATHS
+def test_one_batch_with_every_case_of_one_key(tmp_path: Path, path: str) -> None:
+    sink, ts, model = _setup(tmp_path, rows=10, path=path)
     r = {k: _row(ts, k, k) for k in range(10)}
     changes: list[Change] = [
         ("u", r[1], _row(ts, 1, 100)),  # plain update ...
@@ -203,8 +210,9 @@ def test_one_batch_with_every_case_of_one_key(tmp_path: Path) -> None:
     assert got[(1,)]["qty"] == 101 and (50,) not in got and (4,) not in got and got[(3,)]["qty"] == 4
 
 
-def test_replaying_the_same_batch_id_is_a_no_op(tmp_path: Path) -> None:
-    sink, ts, model = _setup(tmp_path, rows=20)
+@APPLY_PATHS
+def test_replaying_the_same_batch_id_is_a_no_op(tmp_path: Path, path: str) -> None:
+    sink, ts, model = _setup(tmp_path, rows=20, path=path)
     batch: list[Change] = [("u", _row(ts, 1, 1), _row(ts, 1, 500)), ("c", None, _row(ts, 99, 99))]
     assert _apply(sink, ts, batch, 5)
     _replay_model(model, batch)
@@ -215,8 +223,9 @@ def test_replaying_the_same_batch_id_is_a_no_op(tmp_path: Path) -> None:
     assert _read(sink, TABLE) == model
 
 
-def test_a_lower_batch_id_is_a_no_op(tmp_path: Path) -> None:
-    sink, ts, model = _setup(tmp_path, rows=5)
+@APPLY_PATHS
+def test_a_lower_batch_id_is_a_no_op(tmp_path: Path, path: str) -> None:
+    sink, ts, model = _setup(tmp_path, rows=5, path=path)
     first: list[Change] = [("u", _row(ts, 1, 1), _row(ts, 1, 10))]
     second: list[Change] = [("u", _row(ts, 1, 10), _row(ts, 1, 20))]
     assert _apply(sink, ts, first, 1) and _apply(sink, ts, second, 2)
@@ -295,8 +304,9 @@ def test_crash_between_delta_commit_and_checkpoint_skips_the_replay(tmp_path: Pa
     assert _read(sink, TABLE) == model
 
 
-def test_empty_and_one_sided_batches(tmp_path: Path) -> None:
-    sink, ts, model = _setup(tmp_path, rows=5)
+@APPLY_PATHS
+def test_empty_and_one_sided_batches(tmp_path: Path, path: str) -> None:
+    sink, ts, model = _setup(tmp_path, rows=5, path=path)
     version = sink.open(TABLE).version()
     assert _apply(sink, ts, [], 1) is False, "an empty batch makes no commit"
     assert sink.open(TABLE).version() == version and sink.open(TABLE).transaction_version(APP) is None
