@@ -1,7 +1,7 @@
 """Many small tables against one big one: snapshot + handoff rate, and stream lag over many tables.
 
     .venv/bin/python bench/many_tables.py [--tables 500] [--rows 2000] [--rounds 3]
-                                          [--lag-seconds 30] [--lag-rate 500]
+                                          [--lag-seconds 30] [--lag-rate 500] [--lag-rounds 1]
 
 Creates its own private MariaDB with ``--tables`` tables of ``--rows`` rows (database ``many``,
 BIGINT key, INT, VARCHAR(40)) and one table holding the same number of rows in total (database
@@ -15,8 +15,10 @@ Then the stream (``run_stream`` in a thread, the product's defaults) runs over t
 lake while a writer commits ``--lag-rate`` single-row UPDATE transactions/s spread uniformly over
 all tables for ``--lag-seconds``; each UPDATE writes a sequence number, and a change's lag is when
 the MERGE that made it visible returned minus when its commit returned (``lag_p50_s``,
-``lag_p99_s``, target p99 < 3 s). Every table must equal its source (row count and sum) after the
-stream caught up, or the benchmark fails.
+``lag_p99_s``, target p99 < 3 s). With ``--lag-rounds N`` the stream runs 2N times, alternating the
+product's defaults with MERGE-only apply (``rewrite_below_mb=0``, the reference), and the lag
+figures are medians over each side's rounds, with ``lag_p99_ratio_vs_merge``. Every table must equal
+its source (row count and sum) after each stream run caught up, or the benchmark fails.
 
 Ends with one JSON line on stdout; progress goes to stderr.
 """
@@ -144,9 +146,9 @@ def _sink_matches(server: Any, sink: DeltaSink, tables: list[str]) -> bool:
 
 
 def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink, tables: list[str], rows: int,
-            rate: float, seconds: float) -> dict[str, Any]:  # fmt: skip
+            rate: float, seconds: float, options: StreamOptions | None = None) -> dict[str, Any]:  # fmt: skip
     visibility = Visibility()
-    th = StreamThread(spark, settings, store, sink, run_id="bench-many-tables", options=StreamOptions())
+    th = StreamThread(spark, settings, store, sink, run_id="bench-many-tables", options=options or StreamOptions())
     th.start_running(timeout=300)
     if th.error is not None:
         raise RuntimeError(f"the stream failed to start: {th.error}")
@@ -187,6 +189,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--lag-seconds", type=float, default=30.0)
     p.add_argument("--lag-rate", type=float, default=500.0)
+    p.add_argument("--lag-rounds", type=int, default=1,
+                   help="stream runs per side, alternating the defaults with MERGE-only apply (the reference)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -226,12 +230,34 @@ def main() -> None:
             "seconds_per_table": round(statistics.median(secs["many"]) / args.tables, 3),
         }
         assert last is not None
-        log.info("lag: %.0f tx/s over %d tables for %.0f s", args.lag_rate, args.tables, args.lag_seconds)
-        out.update(lag_run(spark, server, settings, last[0], last[1], many, args.rows, args.lag_rate,
-                           args.lag_seconds))  # fmt: skip
-        if not out["lag_sink_matches_source"]:
-            raise SystemExit(f"the lake differs from the source after the stream: {out}")
+        runs: dict[str, list[dict[str, Any]]] = {"default": [], "merge": []}
+        sides = [("default", StreamOptions()), ("merge", StreamOptions(rewrite_below_mb=0))]
+        for r in range(args.lag_rounds):
+            for side, options in sides if r % 2 == 0 or args.lag_rounds == 1 else sides[::-1]:
+                if args.lag_rounds == 1 and side == "merge":
+                    continue
+                log.info("lag (%s): %.0f tx/s over %d tables for %.0f s", side, args.lag_rate, args.tables,
+                         args.lag_seconds)  # fmt: skip
+                got = lag_run(spark, server, settings, last[0], last[1], many, args.rows, args.lag_rate,
+                              args.lag_seconds, options)  # fmt: skip
+                if not got["lag_sink_matches_source"]:
+                    raise SystemExit(f"the lake differs from the source after the stream ({side}): {got}")
+                runs[side].append(got)
+        out.update(_median_lags(runs["default"]))
+        if runs["merge"]:
+            out.update({f"{k.replace('lag_', 'lag_merge_', 1)}": v for k, v in _median_lags(runs["merge"]).items()})
+            out["lag_p99_ratio_vs_merge"] = round(out["lag_p99_s"] / out["lag_merge_p99_s"], 3)
+            out["lag_p99_per_round"] = {s: [g["lag_p99_s"] for g in runs[s]] for s in runs}
         print_result(out)
+
+
+def _median_lags(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lag figures as medians over ``runs`` (one run: its own figures)."""
+    keys = [k for k in runs[0] if k.startswith("lag_") and isinstance(runs[0][k], int | float)
+            and not isinstance(runs[0][k], bool)]  # fmt: skip
+    out: dict[str, Any] = {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
+    out["lag_sink_matches_source"] = all(r["lag_sink_matches_source"] for r in runs)
+    return out
 
 
 if __name__ == "__main__":

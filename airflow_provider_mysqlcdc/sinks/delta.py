@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -65,9 +63,6 @@ def _group_prefix(group_key: str, route: RoutedTable | None = None) -> str:
 #: Commit-info key identifying one commit of this package (its version is looked up by it).
 COMMIT_ID = "mysqlcdc.commit"
 
-#: Memory for a small table's rewrite (its changed keys); a batch of a small table never comes near it.
-SMALL_REWRITE_MEMORY = 64 << 20
-
 #: Table property naming the pipeline that owns (writes) a Delta table.
 OWNER_PROPERTY = "mysqlcdc.pipeline"
 
@@ -109,6 +104,7 @@ class DeltaSink:
         self.routes = routes or Routes()
         # stream batches into tables this small are applied by a direct file rewrite, not a MERGE
         self.rewrite_below_bytes = rewrite_below_bytes
+        self._loaded: dict[str, DeltaTable] = {}  # tables the stream applies to, brought up to date per batch
 
     def route_of(self, table: str) -> RoutedTable | None:
         """Where a routed source table's rows go (None: to a Delta table of its own)."""
@@ -418,12 +414,12 @@ class DeltaSink:
         carry its source columns, join on them too, and record the batch under its own app id.
 
         A table whose data files (its shard's, if routed) total at most ``rewrite_below_bytes`` takes
-        the batch by the copy-on-write rewrite of :mod:`~airflow_provider_mysqlcdc.sinks.delta_rewrite`
-        instead — the same result and the same batch id, without a MERGE's query planning, which is
-        most of a small table's apply time (docs/architecture.md, "Applying a batch's tables at once").
+        the batch by a rewrite of the whole table as one file
+        (:mod:`~airflow_provider_mysqlcdc.sinks.delta_small_table`) instead — the same result and the
+        same batch id, without a MERGE's query planning, which is most of a small table's apply time.
         """
         if self.rewrite_below_bytes and before_merge is None and (upserts.num_rows or deletes.num_rows):
-            dt = self.open(table)
+            dt = self._latest(table)
             if sum(self.table_files(table, dt).values()) <= self.rewrite_below_bytes:
                 return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
         route = self.route_of(table)
@@ -435,18 +431,21 @@ class DeltaSink:
             fill_absent=route is not None,
         )
 
+    def _latest(self, table: str) -> DeltaTable:
+        """``table`` at its latest version: loaded once, then only the log entries since read (a full
+        load replays the log since its last checkpoint, several times the cost for a small table)."""
+        dt = self._loaded.get(self.table_uri(table))
+        if dt is None:
+            dt = self._loaded[self.table_uri(table)] = self.open(table)
+        else:
+            dt.update_incremental()
+        return dt
+
     def _rewrite_small(self, dt: DeltaTable, table: str, upserts: pa.Table, deletes: pa.Table, key: list[str],
                        app_id: str, version: int) -> bool:  # fmt: skip
-        from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
-        from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
+        from airflow_provider_mysqlcdc.sinks.delta_small_table import rewrite_small_table
 
-        workdir = tempfile.mkdtemp(prefix="mysqlcdc-rewrite-")  # spill space the keys never need in practice
-        try:
-            result = apply_folded_changes(self, table, [FoldedBucket(0, upserts, deletes.select(key))], key, app_id,
-                                          version, workdir=workdir, memory_bytes=SMALL_REWRITE_MEMORY, opened=dt)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        return result.applied
+        return rewrite_small_table(self, table, upserts, deletes, key, app_id, version, opened=dt)
 
     def evolve_schema(
         self,

@@ -37,8 +37,9 @@ def _snapshot(sink: DeltaSink, table: str, ids: range, group: str = "p1-g00000")
                                primary_key=["id"])  # fmt: skip
 
 
-def test_shards_share_one_table_and_replay_per_shard(tmp_path: object) -> None:
-    sink = DeltaSink(str(tmp_path), owner="p", routes=ROUTES)
+@pytest.mark.parametrize("rewrite_below", [0, 1 << 30], ids=["merge", "small-table-rewrite"])
+def test_shards_share_one_table_and_replay_per_shard(tmp_path: object, rewrite_below: int) -> None:
+    sink = DeltaSink(str(tmp_path), owner="p", routes=ROUTES, rewrite_below_bytes=rewrite_below)
     _snapshot(sink, A, range(1, 4))
     _snapshot(sink, B, range(1, 4))  # the same group commits both shards: each keeps its own files
     assert [r[:2] for r in _rows(sink)] == [(d, i) for d in ("db_a", "db_b") for i in (1, 2, 3)]
@@ -67,8 +68,9 @@ def test_shards_share_one_table_and_replay_per_shard(tmp_path: object) -> None:
     assert [r[:2] for r in _rows(sink)] == [("db_a", 100), ("db_a", 101), ("db_b", 7)]
 
 
-def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object) -> None:
-    sink = DeltaSink(str(tmp_path), owner="p", routes=ROUTES)
+@pytest.mark.parametrize("rewrite_below", [0, 1 << 30], ids=["merge", "small-table-rewrite"])
+def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, rewrite_below: int) -> None:
+    sink = DeltaSink(str(tmp_path), owner="p", routes=ROUTES, rewrite_below_bytes=rewrite_below)
     _snapshot(sink, A, range(1, 3))
     _snapshot(sink, B, range(1, 3))
     wider = pa.schema([*SCHEMA, ("channel", pa.string())])
