@@ -80,21 +80,23 @@ def _rows_in(sink: DeltaSink, tables: list[str]) -> int:
 class LagWriter(threading.Thread):
     """``rate`` single-row UPDATE transactions/s on random tables and keys; records commit times."""
 
-    def __init__(self, server: Any, tables: list[str], rows: int, rate: float, seconds: float):
+    def __init__(self, server: Any, tables: list[str], rows: int, rate: float, seconds: float, run: int = 0):
         super().__init__(daemon=True)
         self.server, self.tables, self.rows, self.rate, self.seconds = server, tables, rows, rate, seconds
+        # every run writes new values (an UPDATE to the value a row already has writes no binlog event)
+        self.run_index = run
         self.committed: dict[int, float] = {}
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        rnd = random.Random(3)
+        rnd = random.Random(3 + self.run_index)
         try:
             conn = self.server.root_connection()
             with conn.cursor() as cur:
                 t0 = time.monotonic()
                 n = 0
                 while time.monotonic() - t0 < self.seconds:
-                    seq = SEQ_BASE + n
+                    seq = SEQ_BASE + self.run_index * 10_000_000 + n
                     table, key = rnd.choice(self.tables), rnd.randint(1, self.rows)
                     cur.execute(f"UPDATE {table} SET v = {seq} WHERE id = {key}")
                     self.committed[seq] = time.time()
@@ -127,6 +129,7 @@ class Visibility:
             return out
 
         DeltaSink.apply_changes = apply_changes  # type: ignore[method-assign]
+        self.restore = lambda: setattr(DeltaSink, "apply_changes", orig)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -146,14 +149,15 @@ def _sink_matches(server: Any, sink: DeltaSink, tables: list[str]) -> bool:
 
 
 def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink, tables: list[str], rows: int,
-            rate: float, seconds: float, options: StreamOptions | None = None) -> dict[str, Any]:  # fmt: skip
+            rate: float, seconds: float, options: StreamOptions | None = None,
+            run: int = 0) -> dict[str, Any]:  # fmt: skip
     visibility = Visibility()
     th = StreamThread(spark, settings, store, sink, run_id="bench-many-tables", options=options or StreamOptions())
     th.start_running(timeout=300)
     if th.error is not None:
         raise RuntimeError(f"the stream failed to start: {th.error}")
     try:
-        writer = LagWriter(server, tables, rows, rate, seconds)
+        writer = LagWriter(server, tables, rows, rate, seconds, run)
         t0 = time.monotonic()
         writer.start()
         writer.join()
@@ -166,6 +170,7 @@ def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink,
     finally:
         th.stop_event.set()
         th.join(timeout=300)
+        visibility.restore()
     if th.error is not None:
         raise RuntimeError(f"the stream failed: {th.error}")
     lags = [visibility.seen[s] - c for s, c in writer.committed.items() if s in visibility.seen]
@@ -239,7 +244,7 @@ def main() -> None:
                 log.info("lag (%s): %.0f tx/s over %d tables for %.0f s", side, args.lag_rate, args.tables,
                          args.lag_seconds)  # fmt: skip
                 got = lag_run(spark, server, settings, last[0], last[1], many, args.rows, args.lag_rate,
-                              args.lag_seconds, options)  # fmt: skip
+                              args.lag_seconds, options, run=sum(map(len, runs.values())))  # fmt: skip
                 if not got["lag_sink_matches_source"]:
                     raise SystemExit(f"the lake differs from the source after the stream ({side}): {got}")
                 runs[side].append(got)
