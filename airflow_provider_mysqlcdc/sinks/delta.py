@@ -419,7 +419,7 @@ class DeltaSink:
         same batch id, without a MERGE's query planning, which is most of a small table's apply time.
         """
         if self.rewrite_below_bytes and before_merge is None and (upserts.num_rows or deletes.num_rows):
-            dt = self._latest(table)
+            dt = self.latest(table)
             if sum(self.table_files(table, dt).values()) <= self.rewrite_below_bytes:
                 return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
         route = self.route_of(table)
@@ -431,7 +431,7 @@ class DeltaSink:
             fill_absent=route is not None,
         )
 
-    def _latest(self, table: str) -> DeltaTable:
+    def latest(self, table: str) -> DeltaTable:
         """``table`` at its latest version: loaded once, then only the log entries since read (a full
         load replays the log since its last checkpoint, several times the cost for a small table)."""
         dt = self._loaded.get(self.table_uri(table))

@@ -132,7 +132,8 @@ def start_stream(
         )
     sink.routes = manifest.selection.routing  # routed shards write their share of a shared table
     for t in manifest.tables:  # another pipeline's table is refused before anything runs
-        sink.check_owner(t)
+        if sink.exists(t):
+            sink.check_owner(t, sink.latest(t))  # loaded once here: batches read only new log entries
         if sink.owner is not None and sink.exists(t) and sink.owner_of(t) is None:
             sink.claim(t)  # a table created before owners were recorded
     register(spark)
