@@ -35,7 +35,7 @@ from airflow_provider_mysqlcdc.core.schema_policy import (
 from airflow_provider_mysqlcdc.core.stream_state import PendingDdl, SchemaChange
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.schema import column_defaults, read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_schema import UnsupportedSchemaChange
@@ -249,6 +249,7 @@ def _follow_alters(
     try:
         with settings.connect() as conn:
             new = read_table_schema(conn, TableId.parse(t))
+            defaults = column_defaults(conn, TableId.parse(t))
     except SourceSchemaError as exc:
         if ends:  # dropped later in the same batch: nothing after the drop is captured anyway
             return {"table": t, "ddl": statement, "policy": policy, "done": "not followed: the table was dropped"}
@@ -277,6 +278,12 @@ def _follow_alters(
     entry.renamed_columns = _composed(entry.renamed_columns, action.rename_columns)
     log.info("%s (policy %s): %s; Delta table: added %s, widened %s, dropped %s, renamed %s", statement, policy,
              action.note, list(evo.added), list(evo.widened), list(evo.dropped), list(evo.renamed))  # fmt: skip
+    filled = {c: defaults[c] for c in added if c in defaults}
+    if filled:  # the source gave the existing rows the default without a row event; the lake cannot know
+        warning = (f"the rows {t} had before this ALTER got {filled} in the source, but read NULL there in the lake "
+                   f"(and so do changes logged before it): {fix}")  # fmt: skip
+        log.warning("%s: %s", statement, warning)
+        return {"table": t, "ddl": statement, "policy": policy, "done": action.note, "warning": warning}
     return {"table": t, "ddl": statement, "policy": policy, "done": action.note}
 
 

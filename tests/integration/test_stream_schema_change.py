@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.stream.control import stream_state, wait_until_applied
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
-from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError
+from airflow_provider_mysqlcdc.stream.schema_follow import SCHEMA_HISTORY, StreamSchemaError
 from tests.support.stream_thread import StreamThread, snapshot_tables
 from tests.support.verify import compare
 
@@ -103,6 +103,21 @@ def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_setti
     rows = log.to_pylist()
     assert [r["_op"] for r in rows].count("d") == 11 and len(rows) == 50 + 2 + 21 + 11 + 21 + 1 + 10
     assert rows[-1]["after"]["extra"] == "later" and rows[-1]["after"]["v"] == 2 * rows[-1]["before"]["v"]
+
+
+def test_add_column_with_a_default_warns_that_existing_rows_read_null(streaming: Any, cdc_settings: Any) -> None:
+    """The source gives the rows an ADD COLUMN ... DEFAULT finds its default with no row event: the lake
+    cannot know it, so the schema history and the log say so and name the re-snapshot (a known gap)."""
+    mariadb, db, table, store, sink, th = streaming
+    mariadb.execute("ALTER TABLE t ADD COLUMN channel VARCHAR(8) NOT NULL DEFAULT 'web', ADD COLUMN n INT NULL",
+                    "INSERT INTO t (id, v, channel) VALUES (6001, 1, 'app')", database=db)  # fmt: skip
+    _applied(cdc_settings, store, th)
+    assert th.error is None and stream_state(store)["running"], th.error
+    history = [h for h in store.read_json(SCHEMA_HISTORY) if h["table"] == table]
+    warning = history[-1]["warning"]
+    assert "channel" in warning and "'web'" in warning and "resnapshot_tables" in warning and "'n'" not in warning
+    rows = {r["id"]: r["channel"] for r in sink.read(table).to_pylist()}
+    assert rows[6001] == "app" and rows[1] is None  # what the warning says
 
 
 @pytest.mark.parametrize("stream_policy", ["fail"])
