@@ -17,23 +17,21 @@ See docs/architecture.md, "The sink".
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable, Routes
-from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, relative_path, remove_action
+from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, commit_file_actions, relative_path, remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema, merge_changes
 from airflow_provider_mysqlcdc.sinks.delta_routing import (
     check_shard_evolution,
@@ -45,7 +43,6 @@ from airflow_provider_mysqlcdc.sinks.delta_routing import (
 from airflow_provider_mysqlcdc.sinks.delta_schema import (
     SchemaEvolution,
     UnsupportedSchemaChange,
-    column_signature,
     evolve_table_schema,
     table_description,
 )
@@ -59,9 +56,6 @@ def _group_prefix(group_key: str, route: RoutedTable | None = None) -> str:
     # a routed shard's files get a directory of their own: shards of one group share the table
     return f"{SNAPSHOT_DIR}/{group_key}/" + (f"{route.source}/" if route else "")
 
-
-#: Commit-info key identifying one commit of this package (its version is looked up by it).
-COMMIT_ID = "mysqlcdc.commit"
 
 #: Table property naming the pipeline that owns (writes) a Delta table.
 OWNER_PROPERTY = "mysqlcdc.pipeline"
@@ -278,7 +272,7 @@ class DeltaSink:
             removes = [remove_action(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
             return removes, add_actions(uri, files, primary_key or [], now, prefix, self.storage, route)
 
-        version, removed, _ = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=False)
+        version, removed, _ = commit_file_actions(self, table, actions, schema, metadata, skip_if_unchanged=False)
         log.info(
             "%s: committed group %s (%d files, %d rows; replaced %d earlier files) as version %s",
             table, group_key, len(files), sum(f.rows for f in files), removed, version,
@@ -309,7 +303,7 @@ class DeltaSink:
             return removes, add_actions(uri, adds, primary_key or [], now, storage=self.storage,
                                          route=self.route_of(table))  # fmt: skip
 
-        version, removed, added = self._commit_files(table, actions, schema, metadata, skip_if_unchanged=True,
+        version, removed, added = commit_file_actions(self, table, actions, schema, metadata, skip_if_unchanged=True,
                                                      new_schema=True)  # fmt: skip
         self.claim(table)  # a taken-over table is this pipeline's from its re-snapshot on
         if version is None:
@@ -321,61 +315,6 @@ class DeltaSink:
             )
         return version
 
-    def _commit_files(
-        self,
-        table: str,
-        actions: Callable[[dict[str, int], int], tuple[list[RemoveAction], list[AddAction]]],
-        schema: pa.Schema,
-        metadata: dict[str, Any],
-        skip_if_unchanged: bool,
-        new_schema: bool = False,
-    ) -> tuple[int | None, int, int]:
-        """Commit ``actions(current files, now)`` as one transaction, retrying on a concurrent commit.
-
-        ``new_schema``: the files replace the whole table and ``schema`` becomes its schema (a
-        re-snapshot of a table whose columns changed: delta-rs writes the new metadata only in
-        overwrite mode).
-
-        Every attempt re-reads the table and recomputes its actions, so a retry after a conflict (a
-        version taken, or a MERGE that rewrote files this commit read) is safe.
-        """
-        route = self.route_of(table)
-        if route and new_schema:  # a shard's re-snapshot fits the shared schema (or widens it); never replaces it
-            self._check_shard_schema(table, route, schema)
-            new_schema = False
-        schema = self.lake_schema(table, schema)
-        for attempt in range(20):
-            dt = self.open(table)
-            self.check_owner(table, dt)
-            have = self.table_files(table, dt)
-            if route:  # other shards may have added columns this shard's files lack (NULL there)
-                schema = delta_arrow_schema(dt)
-            changed = new_schema and column_signature(delta_arrow_schema(dt)) != column_signature(schema)
-            # an overwrite removes every current file itself: add them all, remove none
-            removes, adds = actions({} if changed else have, int(time.time() * 1000))
-            if skip_if_unchanged and not removes and not adds and not changed:
-                return None, 0, 0
-            commit_id = uuid.uuid4().hex
-            try:
-                dt.create_write_transaction(
-                    [*removes, *adds],
-                    mode="overwrite" if changed else "append",
-                    schema=schema,
-                    partition_by=list(SOURCE_COLUMNS) if route else None,
-                    commit_properties=CommitProperties(
-                        custom_metadata={"mysqlcdc": json.dumps(metadata), COMMIT_ID: commit_id}
-                    ),
-                )
-                return self._version_of(table, commit_id), len(removes), len(adds)
-            except Exception as exc:
-                text = str(exc).lower()
-                retryable = ("version" in text and "exist" in text) or type(exc).__name__ == "CommitFailedError"
-                if retryable and attempt < 19:
-                    time.sleep(0.05 * (attempt + 1))
-                    continue
-                raise
-        raise RuntimeError(f"could not commit to {table}: 20 concurrent-commit conflicts in a row")
-
     def table_files(self, table: str, dt: DeltaTable | None = None) -> dict[str, int]:
         """The table's data files (relative path -> size); a routed table's: its shard's files only."""
         current = pa.table((dt or self.open(table)).get_add_actions(flatten=True)).to_pydict()
@@ -383,18 +322,6 @@ class DeltaSink:
         if route is not None:
             return shard_files(current, route)
         return dict(zip(current.get("path", []), current.get("size_bytes", []), strict=False))
-
-    def _version_of(self, table: str, commit_id: str) -> int:
-        """The version this process's commit got: concurrent groups commit to the same table, so the
-        latest version may be another group's, and delta-rs returns none. Read from the log itself
-        (its ``history()`` numbered entries wrongly right after concurrent commits on S3)."""
-        log_dir = f"{self.table_uri(table)}/_delta_log"
-        names = [n for n in self.storage.listdir(log_dir) if n.endswith(".json") and n[:-5].isdigit()]
-        for name in sorted(names, reverse=True)[:50]:  # the log file's name is its version
-            with self.storage.open(f"{log_dir}/{name}", "rb") as f:
-                if commit_id.encode() in f.read():
-                    return int(name[:-5])
-        raise RuntimeError(f"{table}: commit {commit_id} is not among the table's last 50 commits")
 
     # ------------------------------------------------------------------ stream
     def apply_changes(

@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.row_digest import normal_key
-from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, relative_path, remove_action
+from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, commit_file_actions, relative_path, remove_action
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -84,7 +84,7 @@ def replace_chunk_rows(
                             route=sink.route_of(table))  # fmt: skip
         return removes, adds
 
-    version, _, _ = sink._commit_files(table, actions, schema, metadata, skip_if_unchanged=True)
+    version, _, _ = commit_file_actions(sink, table, actions, schema, metadata, skip_if_unchanged=True)
     if version is None:
         log.info("%s: the repair's %d files are already in the table", table, len(files))
     else:

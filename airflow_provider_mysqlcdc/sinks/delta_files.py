@@ -1,4 +1,4 @@
-"""Delta add and remove actions for data files a commit adopts or drops (snapshot commits, swaps).
+"""Delta commits of data files written elsewhere: their add and remove actions, and the commit itself.
 
 Why its own module: the snapshot commits adopt Parquet files written elsewhere (by Spark) instead
 of writing through delta-rs, so the actions — relative paths, partition values of a routed shard,
@@ -10,15 +10,27 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from deltalake.transaction import AddAction, RemoveAction
+import pyarrow as pa
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
-from airflow_provider_mysqlcdc.core.routing import RoutedTable
+from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable
+from airflow_provider_mysqlcdc.sinks.delta_merge import delta_arrow_schema
+from airflow_provider_mysqlcdc.sinks.delta_schema import column_signature
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 
 log = logging.getLogger(__name__)
+
+#: Commit-info key identifying one commit of this package (its version is looked up by it).
+COMMIT_ID = "mysqlcdc.commit"
 
 
 def remove_action(path: str, size: int, now: int) -> RemoveAction:
@@ -94,4 +106,73 @@ def stats_json(path: str, rows: int, primary_key: list[str], storage: lake_stora
     return json.dumps(stats)
 
 
-__all__ = ["add_actions", "relative_path", "remove_action", "stats_json"]
+def commit_file_actions(
+    sink: DeltaSink,
+    table: str,
+    actions: Callable[[dict[str, int], int], tuple[list[RemoveAction], list[AddAction]]],
+    schema: pa.Schema,
+    metadata: dict[str, Any],
+    skip_if_unchanged: bool,
+    new_schema: bool = False,
+) -> tuple[int | None, int, int]:
+    """Commit ``actions(current files, now)`` as one transaction, retrying on a concurrent commit.
+
+    ``new_schema``: the files replace the whole table and ``schema`` becomes its schema (a
+    re-snapshot of a table whose columns changed: delta-rs writes the new metadata only in
+    overwrite mode).
+
+    Every attempt re-reads the table and recomputes its actions, so a retry after a conflict (a
+    version taken, or a MERGE that rewrote files this commit read) is safe.
+    """
+    route = sink.route_of(table)
+    if route and new_schema:  # a shard's re-snapshot fits the shared schema (or widens it); never replaces it
+        sink._check_shard_schema(table, route, schema)
+        new_schema = False
+    schema = sink.lake_schema(table, schema)
+    for attempt in range(20):
+        dt = sink.open(table)
+        sink.check_owner(table, dt)
+        have = sink.table_files(table, dt)
+        if route:  # other shards may have added columns this shard's files lack (NULL there)
+            schema = delta_arrow_schema(dt)
+        changed = new_schema and column_signature(delta_arrow_schema(dt)) != column_signature(schema)
+        # an overwrite removes every current file itself: add them all, remove none
+        removes, adds = actions({} if changed else have, int(time.time() * 1000))
+        if skip_if_unchanged and not removes and not adds and not changed:
+            return None, 0, 0
+        commit_id = uuid.uuid4().hex
+        try:
+            dt.create_write_transaction(
+                [*removes, *adds],
+                mode="overwrite" if changed else "append",
+                schema=schema,
+                partition_by=list(SOURCE_COLUMNS) if route else None,
+                commit_properties=CommitProperties(
+                    custom_metadata={"mysqlcdc": json.dumps(metadata), COMMIT_ID: commit_id}
+                ),
+            )
+            return _committed_version(sink, table, commit_id), len(removes), len(adds)
+        except Exception as exc:
+            text = str(exc).lower()
+            retryable = ("version" in text and "exist" in text) or type(exc).__name__ == "CommitFailedError"
+            if retryable and attempt < 19:
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            raise
+    raise RuntimeError(f"could not commit to {table}: 20 concurrent-commit conflicts in a row")
+
+
+def _committed_version(sink: DeltaSink, table: str, commit_id: str) -> int:
+    """The version this process's commit got: concurrent groups commit to the same table, so the
+    latest version may be another group's, and delta-rs returns none. Read from the log itself
+    (its ``history()`` numbered entries wrongly right after concurrent commits on S3)."""
+    log_dir = f"{sink.table_uri(table)}/_delta_log"
+    names = [n for n in sink.storage.listdir(log_dir) if n.endswith(".json") and n[:-5].isdigit()]
+    for name in sorted(names, reverse=True)[:50]:  # the log file's name is its version
+        with sink.storage.open(f"{log_dir}/{name}", "rb") as f:
+            if commit_id.encode() in f.read():
+                return int(name[:-5])
+    raise RuntimeError(f"{table}: commit {commit_id} is not among the table's last 50 commits")
+
+
+__all__ = ["COMMIT_ID", "add_actions", "commit_file_actions", "relative_path", "remove_action", "stats_json"]
