@@ -40,13 +40,8 @@ from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.capture_selection import CaptureSelection
 from airflow_provider_mysqlcdc.core.config import RESOLVED_START_MODES, PipelineConfig
 from airflow_provider_mysqlcdc.core.keys import Collation
-from airflow_provider_mysqlcdc.core.manifest import (
-    CapturedTable,
-    Manifest,
-    build_manifest,
-    offset_table,
-    partial_backfill_chunks,
-)
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
+from airflow_provider_mysqlcdc.core.manifest_build import build_manifest, offset_table, partial_backfill_chunks
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.plan_record import OffsetStart, PlanPointer, PlanRecord
 from airflow_provider_mysqlcdc.core.records import StagedFile

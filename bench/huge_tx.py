@@ -34,7 +34,8 @@ from typing import Any
 
 import psutil
 
-from airflow_provider_mysqlcdc.core.manifest import Manifest, build_manifest
+from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot

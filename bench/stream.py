@@ -72,7 +72,8 @@ from deltalake import DeltaTable
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.core.manifest import Manifest, build_manifest
+from airflow_provider_mysqlcdc.core.manifest import Manifest
+from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader

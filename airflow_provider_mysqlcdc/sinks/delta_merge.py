@@ -44,6 +44,15 @@ def delta_arrow_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
 
 
+def already_applied(dt: DeltaTable, table: str, app_id: str, version: int) -> bool:
+    """Whether ``table`` records batch ``version`` (or a later one) of ``app_id``: a replay to skip."""
+    done = dt.transaction_version(app_id)
+    if done is not None and done >= version:
+        log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+        return True
+    return False
+
+
 def merge_changes(
     sink: DeltaSink,
     table: str,
@@ -104,9 +113,7 @@ def merge_changes(
     for attempt in range(COMMIT_ATTEMPTS):
         dt = sink.open(table)
         sink.check_owner(table, dt)
-        done = dt.transaction_version(app_id)
-        if not rerun and done is not None and done >= version:
-            log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+        if not rerun and already_applied(dt, table, app_id, version):
             return False
         source = _merge_source(table, delta_arrow_schema(dt), upserts, deletes, pk, fill_absent)
         read_version = dt.version()
@@ -180,9 +187,7 @@ def replace_rows(
     for attempt in range(COMMIT_ATTEMPTS):
         dt = sink.open(table)
         sink.check_owner(table, dt)
-        done = dt.transaction_version(app_id)
-        if done is not None and done >= version:
-            log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+        if already_applied(dt, table, app_id, version):
             return False
         target = delta_arrow_schema(dt)
         data: pa.Table | pa.RecordBatchReader = rows
@@ -298,4 +303,6 @@ def _ident(name: str) -> str:
     return f"`{name}`"
 
 
-__all__ = ["COMMIT_ATTEMPTS", "DELETE_FLAG", "conform_upserts", "delta_arrow_schema", "merge_changes"]
+__all__ = [
+    "COMMIT_ATTEMPTS", "DELETE_FLAG", "already_applied", "conform_upserts", "delta_arrow_schema", "merge_changes",
+]  # fmt: skip

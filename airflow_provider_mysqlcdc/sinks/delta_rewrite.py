@@ -45,7 +45,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, conform_upserts
+from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, already_applied, conform_upserts
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 from airflow_provider_mysqlcdc.storage import LakeStorage, is_local
@@ -219,9 +219,7 @@ def apply_folded_changes(
     report = progress or (lambda phase, details: None)
     dt = opened if opened is not None else sink.open(table)
     sink.check_owner(table, dt)
-    done = dt.transaction_version(app_id)
-    if done is not None and done >= version:
-        log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+    if already_applied(dt, table, app_id, version):
         for _ in buckets:  # drain: the caller's scratch files are released as buckets are read
             pass
         return RewriteResult(applied=False, seconds=time.monotonic() - t0)

@@ -25,7 +25,12 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, conform_upserts, delta_arrow_schema
+from airflow_provider_mysqlcdc.sinks.delta_merge import (
+    COMMIT_ATTEMPTS,
+    already_applied,
+    conform_upserts,
+    delta_arrow_schema,
+)
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import STREAM_DIR, _conform, _FileWriter, _TableFiles
 from airflow_provider_mysqlcdc.spill.changed_keys import member_mask
 
@@ -56,9 +61,7 @@ def rewrite_small_table(
         if dt is None:
             dt = sink.open(table)
         sink.check_owner(table, dt)
-        done = dt.transaction_version(app_id)
-        if done is not None and done >= version:
-            log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
+        if already_applied(dt, table, app_id, version):
             return False
         full = delta_arrow_schema(dt)
         schema = pa.schema([f for f in full if f.name not in SOURCE_COLUMNS]) if route else full

@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.ddl import CREATE, column_renames, is_table_swap, rename_pairs, shadow_of
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, offset_table
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
+from airflow_provider_mysqlcdc.core.manifest_build import offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.schema_policy import (

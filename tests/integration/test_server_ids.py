@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup, SnapshotChunk
 from airflow_provider_mysqlcdc.core.keys import KeyColumn
-from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.core.records import ChunkResult
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout
 from airflow_provider_mysqlcdc.core.table import TableId

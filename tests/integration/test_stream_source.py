@@ -43,7 +43,8 @@ import pytest
 
 from airflow_provider_mysqlcdc.core.chunk import ChunkGroup, SnapshotChunk
 from airflow_provider_mysqlcdc.core.keys import KeyColumn
-from airflow_provider_mysqlcdc.core.manifest import Manifest, ManifestError, build_manifest
+from airflow_provider_mysqlcdc.core.manifest import Manifest, ManifestError
+from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.core.records import ChunkResult
 from airflow_provider_mysqlcdc.core.table import TableId

@@ -21,7 +21,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
-from airflow_provider_mysqlcdc.core.manifest import build_manifest
+from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.core.row_digest import DigestPlan
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.server import current_offset

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.core.keys import Collation
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest, offset_table
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
+from airflow_provider_mysqlcdc.core.manifest_build import offset_table
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.table import ColumnInfo, TableId, TableSchema
 from airflow_provider_mysqlcdc.pipeline import new_plan_id
@@ -215,7 +216,8 @@ def test_a_repair_replaces_chunks_and_a_late_hand_over_keeps_only_their_new_hws(
 def test_a_partial_backfill_s_chunks_resume_where_the_lake_s_other_rows_stand() -> None:
     from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
     from airflow_provider_mysqlcdc.core.keys import KeyColumn
-    from airflow_provider_mysqlcdc.core.manifest import FinishedChunk, partial_backfill_chunks
+    from airflow_provider_mysqlcdc.core.manifest import FinishedChunk
+    from airflow_provider_mysqlcdc.core.manifest_build import partial_backfill_chunks
 
     col = (KeyColumn("id", "int"),)
     chunks = [SnapshotChunk("shop.t", 0, col, None, (10,)), SnapshotChunk("shop.t", 1, col, (10,), None)]
