@@ -145,8 +145,9 @@ def check_reserved_columns(config: PipelineConfig, schemas: dict[str, TableSchem
 def check_routes(conn: Any, config: PipelineConfig, captured: Manifest | None, tables: list[str]) -> list[str]:
     """The routes of sharded tables (docs/architecture.md, "Routing sharded tables"): a target is no
     captured table of its own, a captured table keeps the Delta table it was captured into, and the
-    shards of one target have the same columns, types and key (read from the source, named per
-    column when they differ). Returns the plan's notes on what each route collected."""
+    shards of one target type the columns they share alike and have the same key (read from the
+    source, named per column when they differ; a column only some shards have is NULL in the others).
+    Returns the plan's notes on what each route collected."""
     routes = config.routing
     if not routes.rules:
         return []

@@ -46,6 +46,7 @@ from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Tra
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, already_applied, conform_upserts
+from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 from airflow_provider_mysqlcdc.storage import LakeStorage, is_local
@@ -225,7 +226,7 @@ def apply_folded_changes(
         return RewriteResult(applied=False, seconds=time.monotonic() - t0)
     full = pa.schema(dt.schema().to_arrow())
     # a routed table's source columns are partition values, not columns of its files
-    target = pa.schema([f for f in full if f.name not in SOURCE_COLUMNS]) if route else full
+    target = file_schema(full) if route else full
     key = list(primary_key)
     key_schema = pa.schema([target.field(c) for c in key])
     files = _TableFiles(sink.table_uri(table), sink.storage, f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)

@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.sinks.delta_merge import (
     delta_arrow_schema,
 )
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import STREAM_DIR, _conform, _FileWriter, _TableFiles
+from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 from airflow_provider_mysqlcdc.spill.changed_keys import member_mask
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def rewrite_small_table(
         if already_applied(dt, table, app_id, version):
             return False
         full = delta_arrow_schema(dt)
-        schema = pa.schema([f for f in full if f.name not in SOURCE_COLUMNS]) if route else full
+        schema = file_schema(full) if route else full
         have = sink.table_files(table, dt)
         files = _TableFiles(sink.table_uri(table), sink.storage,
                             f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)  # fmt: skip
