@@ -12,7 +12,8 @@ as one JSON document in the state store (docs/architecture.md, "The handoff")::
         schema          TableSchema as the stream decodes it
         merge_key       the columns the sink merges rows by (primary key, else the chunk key)
         chunks          FinishedChunk: a chunk's key range and its high watermark
-        added_columns   columns the stream added (ALTER ... ADD): NULL in images written before
+        added_columns   columns the stream added (ALTER ... ADD): absent in images written before
+        added_defaults  the value such a column has in rows older than its ADD (its DEFAULT), if not NULL
         schema_position the last DDL of the table the stream followed
         retired_columns columns the source dropped or renamed that the lake keeps (policy lenient)
         renamed_columns old -> new names of columns the lake renamed (policy evolve)
@@ -33,6 +34,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.canonical_json import from_json, to_json
 from airflow_provider_mysqlcdc.core.capture_selection import CaptureSelection
 from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
 from airflow_provider_mysqlcdc.core.handoff import HandoffFilter
@@ -85,6 +87,8 @@ class CapturedTable:
     # cut-overs: at each offset the table continued from its shadow table's rows (core/ddl.shadow_of)
     replaced_from: list[tuple[BinlogOffset, str]] = field(default_factory=list)
     routed_to: str | None = None  # the shared Delta table of a routed shard (core/routing.py)
+    # added column -> the canonical value the rows older than its ADD COLUMN hold (mysql/column_defaults.py)
+    added_defaults: dict[str, Any] = field(default_factory=dict)
 
     @property
     def source_schema(self) -> TableSchema:
@@ -146,6 +150,8 @@ class CapturedTable:
             out["replaced_from"] = [{"offset": o.to_dict(), "table": t} for o, t in self.replaced_from]
         if self.routed_to:
             out["routed_to"] = self.routed_to
+        if self.added_defaults:
+            out["added_defaults"] = {c: to_json(v) for c, v in self.added_defaults.items()}
         return out
 
     @classmethod
@@ -171,6 +177,7 @@ class CapturedTable:
             d.get("shadow_of") or None,
             [(BinlogOffset.from_dict(r["offset"]), str(r["table"])) for r in d.get("replaced_from", [])],
             d.get("routed_to") or None,
+            {c: from_json(v) for c, v in d.get("added_defaults", {}).items()},
         )
 
 

@@ -113,6 +113,7 @@ class BinlogEventStateMachine:
         ddl: bool = False,
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
+        added_defaults: Mapping[str, Mapping[str, Any]] | None = None,
         renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
         new_tables: Callable[[str], bool] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
@@ -134,6 +135,8 @@ class BinlogEventStateMachine:
         # these columns (the stream needs the keys only).
         self.schemas = dict(schemas or {})
         self.added_columns = {t: tuple(c) for t, c in (added_columns or {}).items()}
+        # per table, added column -> the value images older than its ADD COLUMN get (else None)
+        self.added_defaults = {t: dict(d) for t, d in (added_defaults or {}).items() if d}
         self.key_columns = dict(key_columns or {})
         # per table, old -> new names of renamed columns: images written before a rename carry the old name
         self.renamed_columns = {t: dict(m) for t, m in (renamed_columns or {}).items()}
@@ -148,7 +151,7 @@ class BinlogEventStateMachine:
             None if tables is None else frozenset(_split_table(t) for t in tables)
         )
         self._maps = TableMaps(self.tables, self.schemas, self.added_columns, self.key_columns, convert,
-                               self.renamed_columns)  # fmt: skip
+                               self.renamed_columns, self.added_defaults)  # fmt: skip
         self._stop = threading.Event()
         self._reached_end = False
         # Last boundary consumed, as (file, pos); a BinlogOffset is built only when asked for.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -119,6 +120,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
         ddl: bool = False,
         schemas: Mapping[str, TableSchema] | None = None,
         added_columns: Mapping[str, Iterable[str]] | None = None,
+        added_defaults: Mapping[str, Mapping[str, Any]] | None = None,
         renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
         new_tables: Callable[[str], bool] | None = None,
         key_columns: Mapping[str, Sequence[str]] | None = None,
@@ -131,8 +133,9 @@ class BinlogRangeReader(BinlogEventStateMachine):
             raise ValueError(f"heartbeat_seconds must be > 0, got {heartbeat_seconds}")
         super().__init__(
             start, end, tables, max_transactions=max_transactions, max_events=max_events, convert=convert,
-            timeout=timeout, ddl=ddl, schemas=schemas, added_columns=added_columns, key_columns=key_columns,
-            renamed_columns=renamed_columns, new_tables=new_tables, emit_from=emit_from, emit_to=emit_to,
+            timeout=timeout, ddl=ddl, schemas=schemas, added_columns=added_columns, added_defaults=added_defaults,
+            key_columns=key_columns, renamed_columns=renamed_columns, new_tables=new_tables, emit_from=emit_from,
+            emit_to=emit_to,
         )  # fmt: skip
         self.settings = settings
         self.server_id = int(server_id)

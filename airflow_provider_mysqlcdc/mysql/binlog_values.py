@@ -355,7 +355,9 @@ def binlog_converter(ct: ColumnType) -> Callable[..., Any]:
 RowConverter = Callable[..., dict[str, Any]]
 
 
-def binlog_row_converter(table_schema: TableSchema, added_columns: Iterable[str] = ()) -> RowConverter:
+def binlog_row_converter(
+    table_schema: TableSchema, added_columns: Iterable[str] = (), added_defaults: Mapping[str, Any] | None = None
+) -> RowConverter:
     """``convert(values, none_sources=None) -> row`` for one table's binlog row images.
 
     ``values`` is a pymysqlreplication image (``row["values"]``, ``row["before_values"]`` or
@@ -366,20 +368,24 @@ def binlog_row_converter(table_schema: TableSchema, added_columns: Iterable[str]
     A missing column (MINIMAL row image, or the table changed since ``table_schema`` was read)
     raises ``ValueError`` naming it: guessing would write NULLs over real data. The exception is
     ``added_columns``: columns the stream added to the table (ALTER TABLE ... ADD COLUMN) are NULL
-    in images written before the ALTER, as they are in the sink's older rows.
+    in images written before the ALTER, or the canonical value ``added_defaults`` gives (the value
+    the ADD COLUMN gave the rows that existed).
     """
     cts = column_types(table_schema)
     plan = [(ct.name, binlog_converter(ct)) for ct in cts]
     names = {ct.name for ct in cts}
     optional = set(added_columns) & names
+    defaults = {n: v for n, v in (added_defaults or {}).items() if n in optional and v is not None}
 
     def convert(values: Mapping[str, Any], none_sources: Mapping[str, str] | None = None) -> dict[str, Any]:
-        if optional and not optional <= values.keys():
-            values = {**dict.fromkeys(optional), **values}
+        absent = optional - values.keys() if optional else ()
+        if absent:
+            values = {**dict.fromkeys(absent), **values}
         try:
             if none_sources:
-                return {n: f(values[n], none_sources.get(n)) for n, f in plan}
-            return {n: f(values[n]) for n, f in plan}
+                row = {n: f(values[n], none_sources.get(n)) for n, f in plan}
+            else:
+                row = {n: f(values[n]) for n, f in plan}
         except KeyError:
             missing = sorted(names - set(values))
             if not missing:
@@ -389,5 +395,9 @@ def binlog_row_converter(table_schema: TableSchema, added_columns: Iterable[str]
                 "binlog_row_image=FULL and binlog_row_metadata=FULL, or the table's schema changed "
                 "(re-read it)"
             ) from None
+        for n in absent:
+            if n in defaults:
+                row[n] = defaults[n]
+        return row
 
     return convert

@@ -61,7 +61,8 @@ class RowsDecoder:
     ``binlog_columns`` are python-mysql-replication's ``Column`` objects of the TABLE_MAP event
     (names need ``binlog_row_metadata=FULL``); ``schema`` is the table's schema the stream runs
     with; ``added_columns`` are columns the stream added (ALTER ... ADD COLUMN) that older images
-    lack: they come out None. ``key_columns``: a before image holds only these (None = all).
+    lack: they come out as ``added_defaults`` says (the value the ADD gave existing rows), else
+    None. ``key_columns``: a before image holds only these (None = all).
     ``renamed_columns`` (old -> new): an image written before a column was renamed carries the old
     name, read as the new one. A column of ``schema`` that the image lacks and that is neither added
     nor retired comes out as :data:`MISSING`, which no Arrow column accepts: the block holding it is
@@ -76,8 +77,10 @@ class RowsDecoder:
         added_columns: Iterable[str] = (),
         key_columns: Sequence[str] | None = None,
         renamed_columns: Mapping[str, str] | None = None,
+        added_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         self.table = table
+        self.defaults = dict(added_defaults or {})
         by_name = {c.name: c for c in schema.columns}
         renamed = renamed_columns or {}
         names = [renamed[c.name] if c.name not in by_name and c.name in renamed else c.name for c in binlog_columns]
@@ -136,7 +139,13 @@ class RowsDecoder:
                         L.append(f"        {var} = {src.name(conv, 'c')}(d[p:p + n])")
                 L.append("        p += n")
         gone = src.name(MISSING, "m") if self.missing else "None"
-        items = ", ".join(f"{n!r}: {present.get(n, gone if n in self.missing else 'None')}" for n in out_order)
+
+        def absent(n: str) -> str:
+            if n in self.missing:
+                return gone
+            return src.name(self.defaults[n], "d") if self.defaults.get(n) is not None else "None"
+
+        items = ", ".join(f"{n!r}: {present[n] if n in present else absent(n)}" for n in out_order)
         L.append(f"    return {{{items}}}, p")
         code = "\n".join(L)
         exec(compile(code, f"<rows decoder {self.table}>", "exec"), src.env)

@@ -75,15 +75,4 @@ def read_table_schema(conn: Any, table: TableId) -> TableSchema:
     return TableSchema(table, cols, pk)
 
 
-def column_defaults(conn: Any, table: TableId) -> dict[str, str]:
-    """Columns of ``table`` with a default other than NULL, as ``information_schema`` writes it (a
-    quoted literal, a number, or an expression such as ``current_timestamp()``): the value an ``ADD
-    COLUMN`` gives the rows that already exist, without a row event."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT COLUMN_NAME, COLUMN_DEFAULT FROM information_schema.COLUMNS "
-                    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (table.database, table.table))  # fmt: skip
-        rows = cur.fetchall()
-    return {str(n): str(d) for n, d in rows if d is not None and str(d).upper() != "NULL"}
-
-
-__all__ = ["column_defaults", "read_table_schema"]
+__all__ = ["read_table_schema"]

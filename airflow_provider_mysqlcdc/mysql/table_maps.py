@@ -40,8 +40,10 @@ class TableMaps:
         key_columns: Mapping[str, Sequence[str]],
         convert: RowConverter | None,
         renamed_columns: Mapping[str, Mapping[str, str]] | None = None,
+        added_defaults: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.tables = tables
+        self.added_defaults = added_defaults or {}
         self.schemas = schemas
         self.added_columns = added_columns
         self.key_columns = key_columns
@@ -97,7 +99,7 @@ class TableMaps:
             return None
         try:
             return RowsDecoder(name, ev.columns, schema, self.added_columns.get(name, ()), self.key_columns.get(name),
-                               self.renamed_columns.get(name))  # fmt: skip
+                               self.renamed_columns.get(name), self.added_defaults.get(name))  # fmt: skip
         except UnsupportedRowFormat as exc:
             log.info("%s: decoding with python-mysql-replication (%s)", name, exc)
             return None

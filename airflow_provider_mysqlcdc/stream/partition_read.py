@@ -123,6 +123,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     flt = manifest.handoff_filter()
     schemas = manifest.schemas()
     added = {t: tuple(manifest.tables[t].optional_columns) for t in schemas}
+    defaults = {t: manifest.tables[t].added_defaults for t in schemas}  # what images older than an ADD COLUMN get
     renamed = {t: e.renamed_columns for t, e in manifest.tables.items() if e.renamed_columns}
     live = {t for t, e in manifest.tables.items() if e.ended_at is None}
 
@@ -131,7 +132,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
         schema change's shadow copy of a captured table (docs/architecture.md, "Schema changes")."""
         return manifest.selection.selects(name) or shadow_of(name) in live
 
-    converters = {t: binlog_values.binlog_row_converter(s, added[t]) for t, s in schemas.items()}
+    converters = {t: binlog_values.binlog_row_converter(s, added[t], defaults[t]) for t, s in schemas.items()}
     key_cols = {t: tuple(m.chunk_key_columns) for t, m in manifest.tables.items()}
     # a table with a changelog keeps every column of its before images (core/changelog.py)
     full_before = {t: reader.before_image == "full" or manifest.tables[t].changelog for t in schemas}
@@ -202,7 +203,8 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     attempt = 0
     while True:
         rr = BinlogRangeReader(reader._settings(), pos, end, read_tables, part.server_id, blocking=False,
-                               convert=convert, ddl=True, schemas=schemas, added_columns=added, renamed_columns=renamed,
+                               convert=convert, ddl=True, schemas=schemas, added_columns=added, added_defaults=defaults,
+                               renamed_columns=renamed,
                                new_tables=new_tables,
                                key_columns=key_only, emit_from=emit_from, emit_to=emit_to)  # fmt: skip
         cur_tx: BinlogOffset | None = None

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.canonical_json import to_json
 from airflow_provider_mysqlcdc.core.ddl import CREATE, column_renames, is_table_swap, rename_pairs, shadow_of
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
 from airflow_provider_mysqlcdc.core.manifest_build import offset_table
@@ -35,10 +36,12 @@ from airflow_provider_mysqlcdc.core.schema_policy import (
 )
 from airflow_provider_mysqlcdc.core.stream_state import PendingDdl, SchemaChange
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
+from airflow_provider_mysqlcdc.mysql.column_defaults import added_column_values
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
-from airflow_provider_mysqlcdc.mysql.schema import column_defaults, read_table_schema
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_fill import fill_columns
 from airflow_provider_mysqlcdc.sinks.delta_schema import UnsupportedSchemaChange
 from airflow_provider_mysqlcdc.state import SCHEMA_CHANGE, StateStore
 
@@ -174,7 +177,7 @@ def _cut_over(settings: ConnectionSettings, manifest: Manifest, t: str, c: Pendi
         return None
     entry.schema = new
     entry.added_columns = [col.name for col in new.columns if col.name not in entry.merge_key]
-    entry.retired_columns, entry.renamed_columns = [], {}
+    entry.retired_columns, entry.renamed_columns, entry.added_defaults = [], {}, {}
     entry.replaced_from = [*entry.replaced_from, (c.offset, incoming[0])]
     return f"continues from the rows of its shadow table {incoming[0]} (online schema change cut-over)"
 
@@ -243,24 +246,30 @@ def _follow_alters(
     policy: str,
     ends: bool,
 ) -> dict[str, Any]:
-    """Follow a table's ALTERs of one batch: one decision for their combined effect on its columns."""
+    """Follow a table's ALTERs of one batch: one decision for their combined effect on its columns.
+
+    An added column's rows that existed got its default on the source with no row event: the Delta
+    table's rows get it too (one rewrite, sinks/delta_fill.py), and the manifest records it for the
+    images logged before the ALTER (``added_defaults``). An expression default (CURRENT_TIMESTAMP)
+    was evaluated when the ALTER ran and cannot be known: that is a warning naming the re-snapshot.
+    """
     last = alters[-1].offset
     statement = f"ALTER of {t} at {last} ({alters[-1].sql[:200]})"
     fix = f"Re-snapshot {t}: trigger the DAG with resnapshot_tables=['{t}'] (the stream then resumes past this DDL)"
+    renames: dict[str, str] = {}
+    for c in alters:
+        renames.update(column_renames(c.sql))
+    source = entry.source_schema
     try:
         with settings.connect() as conn:
             new = read_table_schema(conn, TableId.parse(t))
-            defaults = column_defaults(conn, TableId.parse(t))
+            diff = column_diff(source, new, renames)
+            values, expressions = added_column_values(conn, new, diff.added)
     except SourceSchemaError as exc:
         if ends:  # dropped later in the same batch: nothing after the drop is captured anyway
             return {"table": t, "ddl": statement, "policy": policy, "done": "not followed: the table was dropped"}
         raise StreamSchemaError(f"{t} changed at {last} and cannot be read now ({exc}). {fix}") from None
     retired = {c.lower() for c in entry.retired_columns}
-    source = entry.source_schema
-    renames: dict[str, str] = {}
-    for c in alters:
-        renames.update(column_renames(c.sql))
-    diff = column_diff(source, new, renames)
     action = decide_alter(t, diff, policy, statement)
     if action.stop:
         raise StreamSchemaError(action.stop)
@@ -272,20 +281,28 @@ def _follow_alters(
                                  drop_columns=action.drop_columns, rename_columns=action.rename_columns)  # fmt: skip
     except UnsupportedSchemaChange as exc:
         raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
+    filled = {c: v for c, v in values.items() if v is not None}
+    if filled:  # before the manifest says the ALTER is followed: a crash here follows it again, alike
+        fill_columns(sink, t, filled, entry.merge_key)
     old_names = {c.name.lower() for c in entry.schema.columns}
     added = [c.name for c in new.columns if c.name.lower() not in old_names]
+    live = {c.name for c in new.columns}
+    kept = {action.rename_columns.get(c, c): v for c, v in entry.added_defaults.items()}
+    entry.added_defaults = {**{c: v for c, v in kept.items() if c in live and c not in values}, **filled}
     entry.follow_ddl(lake, added, last)
     entry.retired_columns = [c.name for c in keep]
     entry.renamed_columns = _composed(entry.renamed_columns, action.rename_columns)
     log.info("%s (policy %s): %s; Delta table: added %s, widened %s, dropped %s, renamed %s", statement, policy,
              action.note, list(evo.added), list(evo.widened), list(evo.dropped), list(evo.renamed))  # fmt: skip
-    filled = {c: defaults[c] for c in added if c in defaults}
-    if filled:  # the source gave the existing rows the default without a row event; the lake cannot know
-        warning = (f"the rows {t} had before this ALTER got {filled} in the source, but read NULL there in the lake "
-                   f"(and so do changes logged before it): {fix}")  # fmt: skip
+    done = {"table": t, "ddl": statement, "policy": policy, "done": action.note}
+    if filled:
+        done["filled"] = {c: to_json(v) for c, v in filled.items()}
+    if expressions:  # evaluated by the ALTER on the source: the lake cannot know the value
+        warning = (f"the rows {t} had before this ALTER got {expressions} (evaluated when the ALTER ran) in the "
+                   f"source, but read NULL there in the lake (and so do changes logged before it): {fix}")  # fmt: skip
         log.warning("%s: %s", statement, warning)
-        return {"table": t, "ddl": statement, "policy": policy, "done": action.note, "warning": warning}
-    return {"table": t, "ddl": statement, "policy": policy, "done": action.note}
+        done["warning"] = warning
+    return done
 
 
 def _composed(earlier: dict[str, str], now: Mapping[str, str]) -> dict[str, str]:

@@ -14,6 +14,7 @@ from deltalake import DeltaTable, QueryBuilder
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import Routes
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink, UnsupportedSchemaChange
+from airflow_provider_mysqlcdc.sinks.delta_fill import fill_columns
 from airflow_provider_mysqlcdc.sinks.delta_merge import replace_rows
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
@@ -81,6 +82,13 @@ def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, rewrite_
     rows = sink.read(B).to_pylist()
     assert {r["id"]: r["channel"] for r in rows} == {1: None, 2: None}
     assert {r["id"]: r["channel"] for r in sink.read(A).to_pylist()} == {1: "web", 2: None}
+    # the ADD COLUMN's default for A's existing rows: written in A's partition only, in one commit
+    version = DeltaTable(sink.table_uri(A)).version()
+    assert fill_columns(sink, A, {"channel": "old"}, ["id"]) == 2
+    assert DeltaTable(sink.table_uri(A)).version() == version + 1
+    assert {r["id"]: r["channel"] for r in sink.read(A).to_pylist()} == {1: "old", 2: "old"}
+    assert {r["id"]: r["channel"] for r in sink.read(B).to_pylist()} == {1: None, 2: None}
+    assert [r["v"] for r in sink.read(B).to_pylist()] == ["y", "db_b.orders-2"]
     with pytest.raises(UnsupportedSchemaChange, match="follows only ADD COLUMN"):
         sink.evolve_schema(B, pa.schema([("id", pa.int64()), ("v", pa.large_string()), ("n", pa.int32())]), ["id"],
                            drop_columns=["channel"])  # fmt: skip

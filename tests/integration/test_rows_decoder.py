@@ -261,5 +261,14 @@ def test_decoder_refuses_what_it_cannot_decode_exactly(mariadb, db, cdc_conn) ->
     dec = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG)], schema, added_columns=["n"])  # added by the stream
     body = b"\x00" + struct.pack("<i", 7)
     assert dec.decode(body, "c") == [{"id": 7, "n": None}]
+    # added with a DEFAULT: images older than the ADD COLUMN get the value the ALTER gave existing rows
+    dflt = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG)], schema, added_columns=["n"], added_defaults={"n": 5})
+    assert dflt.decode(body, "c") == [{"id": 7, "n": 5}]
+    assert dflt.decode(body + body, "u") == [({"id": 7, "n": 5}, {"id": 7, "n": 5})]
+    full = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG), Col("n", FIELD_TYPE.LONG)], schema, added_columns=["n"],
+                       added_defaults={"n": 5})  # fmt: skip
+    assert full.decode(b"\x02" + struct.pack("<i", 7), "c") == [{"id": 7, "n": None}]  # a newer image's NULL stays
+    convert = binlog_values.binlog_row_converter(schema, ["n"], {"n": 5})  # the library's path, alike
+    assert convert({"id": 7}) == {"id": 7, "n": 5} and convert({"id": 7, "n": None}) == {"id": 7, "n": None}
     with pytest.raises(ValueError, match="past the end"):
         dec.decode(body[:-1], "c")

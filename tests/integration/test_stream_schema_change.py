@@ -105,19 +105,55 @@ def test_add_column_and_widening_reach_the_delta_table(streaming: Any, cdc_setti
     assert rows[-1]["after"]["extra"] == "later" and rows[-1]["after"]["v"] == 2 * rows[-1]["before"]["v"]
 
 
-def test_add_column_with_a_default_warns_that_existing_rows_read_null(streaming: Any, cdc_settings: Any) -> None:
-    """The source gives the rows an ADD COLUMN ... DEFAULT finds its default with no row event: the lake
-    cannot know it, so the schema history and the log say so and name the re-snapshot (a known gap)."""
+def test_add_column_with_defaults_fills_existing_rows_and_older_images(streaming: Any, cdc_settings: Any) -> None:
+    """The source gives the rows an ADD COLUMN ... DEFAULT finds its default with no row event: the
+    lake's rows get it too, and so do images logged before the ALTER (replayed in its batch)."""
     mariadb, db, table, store, sink, th = streaming
-    mariadb.execute("ALTER TABLE t ADD COLUMN channel VARCHAR(8) NOT NULL DEFAULT 'web', ADD COLUMN n INT NULL",
+    mariadb.execute(
+        "UPDATE t SET v = v + 1 WHERE id <= 30",  # same micro-batch, logged before the ALTER
+        "ALTER TABLE t ADD COLUMN channel VARCHAR(8) NOT NULL DEFAULT 'web', ADD COLUMN amount DECIMAL(8,2) "
+        "DEFAULT 9.99, ADD COLUMN flag BIT(1) NOT NULL DEFAULT 1, ADD COLUMN n INT NULL, ADD COLUMN since DATE "
+        "DEFAULT '2024-01-02', ADD COLUMN raw VARBINARY(4) DEFAULT x'00ff', ADD COLUMN zero INT NOT NULL",
+        "INSERT INTO t (id, v, channel, amount, zero) VALUES (6001, 1, 'app', NULL, 3)",
+        "UPDATE t SET channel = 'shop', zero = 2 WHERE id BETWEEN 20 AND 40",
+        "DELETE FROM t WHERE id BETWEEN 2990 AND 3000",
+        database=db,
+    )
+    _applied(cdc_settings, store, th)
+    assert th.error is None and stream_state(store)["running"], th.error
+    _equal(cdc_settings, sink, table)
+    history = [h for h in store.read_json(SCHEMA_HISTORY) if h["table"] == table]
+    assert "warning" not in history[-1]
+    assert history[-1]["filled"] == {"channel": "web", "amount": {"decimal": "9.99"}, "flag": True,
+                                     "since": {"date": "2024-01-02"}, "raw": {"hex": "00ff"}, "zero": 0}  # fmt: skip
+    rows = {r["id"]: r for r in sink.read(table).to_pylist()}
+    assert rows[5]["channel"] == "web" and rows[5]["v"] == 6 and rows[25]["channel"] == "shop"
+
+    # dropped again (lenient keeps it): rows changed from then on read NULL there, not the old default
+    mariadb.execute("ALTER TABLE t DROP COLUMN amount", "UPDATE t SET v = -v WHERE id <= 10", database=db)
+    _applied(cdc_settings, store, th)
+    assert th.error is None, th.error
+    rows = {r["id"]: r for r in sink.read(table).to_pylist()}
+    assert rows[5]["amount"] is None and str(rows[50]["amount"]) == "9.99" and rows[5]["v"] == -6
+
+
+def test_add_column_with_an_expression_default_warns_that_existing_rows_read_null(
+    streaming: Any, cdc_settings: Any
+) -> None:
+    """CURRENT_TIMESTAMP was evaluated when the ALTER ran, which the stream cannot know: the schema
+    history and the log say so and name the re-snapshot; literal defaults of the same ALTER are filled."""
+    mariadb, db, table, store, sink, th = streaming
+    mariadb.execute("ALTER TABLE t ADD COLUMN made TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, "
+                    "ADD COLUMN channel VARCHAR(8) NOT NULL DEFAULT 'web'",
                     "INSERT INTO t (id, v, channel) VALUES (6001, 1, 'app')", database=db)  # fmt: skip
     _applied(cdc_settings, store, th)
     assert th.error is None and stream_state(store)["running"], th.error
     history = [h for h in store.read_json(SCHEMA_HISTORY) if h["table"] == table]
     warning = history[-1]["warning"]
-    assert "channel" in warning and "'web'" in warning and "resnapshot_tables" in warning and "'n'" not in warning
-    rows = {r["id"]: r["channel"] for r in sink.read(table).to_pylist()}
-    assert rows[6001] == "app" and rows[1] is None  # what the warning says
+    assert "made" in warning and "current_timestamp" in warning and "resnapshot_tables" in warning
+    assert "channel" not in warning and history[-1]["filled"] == {"channel": "web"}
+    rows = {r["id"]: r for r in sink.read(table).to_pylist()}
+    assert rows[6001]["made"] is not None and rows[1]["made"] is None and rows[1]["channel"] == "web"
 
 
 @pytest.mark.parametrize("stream_policy", ["fail"])
