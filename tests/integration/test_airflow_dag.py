@@ -398,3 +398,63 @@ def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path) -> No
     got = sorted(tuple(r.values()) for r in pa.table(rows).to_pylist())
     assert got == sorted((d, t, i, f"{d}.{t}-{i}") for d, t in shards for i in range(1, 1501))
     assert dt.metadata().partition_columns == ["_source_database", "_source_table"]
+
+
+def test_form_pattern_captures_a_database_while_tables_come_and_go(pipeline: dict, tmp_path: Path) -> None:
+    """Issue 13's whole-database scenario through the example DAG (tests/integration/test_whole_database.py
+    runs the same in-process, with finer checks): tables=['<db>.*'] plans 200 tables (three key kinds)
+    and snapshots them in mapped tasks while a writer changes all of them; the detached stream then
+    captures 4 tables created meanwhile from their CREATE (a keyless one refused), follows a DROP and a
+    DROP + CREATE again under the lenient policy — and every captured table equals its source."""
+    from airflow_provider_mysqlcdc.stream.control import request_stop
+    from tests.integration.test_whole_database import TABLES, Writer, _create, _kind
+    from tests.support.verify import assert_sink_equals_source
+
+    server, db = pipeline["server"], "cdc_wd"
+    server.execute(f"CREATE DATABASE {db}")
+    names = [f"t{i:03d}" for i in range(TABLES)]
+    server.execute(*[s for n in names for s in _create(n, _kind(n))], database=db)
+    server.execute("CREATE VIEW v_all AS SELECT id FROM t000", database=db)
+    conf = {**pipeline["conf"], "pipeline_id": "wholedb", "tables": [f"{db}.*"], "exclude_tables": [f"{db}.skip_*"],
+            "chunk_size": 100, "chunks_per_task": 64, "schema_change_policy": "lenient",
+            "sink_root": str(tmp_path / "lake"), "state_root": str(tmp_path / "state")}  # fmt: skip
+    store, sink = StateStore(conf["state_root"], "wholedb"), DeltaSink(conf["sink_root"])
+    writer = Writer(server, db, names)
+    writer.start()
+    try:
+        run = run_dag(pipeline["dag"], conf)
+        assert run.state == "success", run.task_states
+        assert len(run.xcom("plan")) >= 2 and run.xcom("stream")["running"]
+        summary = run.xcom("plan", key="plan_summary")
+        assert any("v_all" in n for n in summary["notes"])  # a view matches the pattern: reported, skipped
+        writer.ddl(*_create("n_plain", "int"), add={"n_plain": "int"})
+        writer.ddl("CREATE TABLE n_like LIKE t001", "INSERT INTO n_like SELECT * FROM t001", add={"n_like": "comp"})
+        writer.ddl("CREATE TABLE n_select (id BIGINT NOT NULL PRIMARY KEY, v INT, note VARCHAR(20)) "
+                   "SELECT id, v, note FROM t003", add={"n_select": "int"})  # fmt: skip
+        writer.ddl(*_create("n_comp", "comp"), add={"n_comp": "comp"})
+        writer.ddl("CREATE TABLE n_nokey (a INT, b INT)", "INSERT INTO n_nokey VALUES (1, 1)")
+        writer.ddl("CREATE TABLE skip_t010_copy LIKE t010", "INSERT INTO skip_t010_copy SELECT * FROM t010",
+                   "DROP TABLE t010", remove=("t010",))  # fmt: skip
+        writer.ddl("DROP TABLE t020", remove=("t020",))
+        time.sleep(1)
+        writer.ddl("CREATE TABLE t020 (id BIGINT NOT NULL PRIMARY KEY, v INT, extra VARCHAR(10))",
+                   "INSERT INTO t020 SELECT seq, -seq, 'again' FROM seq_1_to_7", add={"t020": "int"})  # fmt: skip
+        time.sleep(3)
+        writer.stop_event.set()
+        writer.join(timeout=30)
+        assert writer.statements > 300
+        with pipeline["settings"].connect() as conn:
+            target = current_offset(conn)
+        wait_until_applied(store, target, timeout=300)
+
+        manifest = store.read_manifest()
+        expected = sorted({*names, "n_plain", "n_like", "n_select", "n_comp"} - {"t010"})
+        assert sorted(t for t, e in manifest.tables.items() if e.ended_at is None) == [f"{db}.{n}" for n in expected]
+        assert manifest.ended_tables() == [f"{db}.t010"] and f"{db}.n_nokey" in manifest.refused
+        for n in expected:
+            assert_sink_equals_source(pipeline["settings"], sink, f"{db}.{n}")
+        assert_sink_equals_source(pipeline["settings"], sink, f"{db}.t010", f"{db}.skip_t010_copy")  # kept at DROP
+        assert "extra" in sink.read(f"{db}.t020").schema.names
+    finally:
+        writer.stop_event.set()
+        request_stop(store, timeout=60)

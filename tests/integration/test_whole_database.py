@@ -7,7 +7,8 @@ while a writer changes all of them. Meanwhile 5 tables are created — plain, ``
 them created again with another shape. Then every captured table equals its source, the created
 ones captured from their CREATE with no snapshot (the writer also runs during the snapshot, whose
 one-chunk tables are read by one Spark job per group); the dropped one keeps its rows as they were at
-the DROP (lenient), and the keyless one is reported as refused.
+the DROP (lenient), and the keyless one is reported as refused. The same scenario runs through the
+example DAG in test_airflow_dag.py::test_form_pattern_captures_a_database_while_tables_come_and_go.
 """
 
 from __future__ import annotations
