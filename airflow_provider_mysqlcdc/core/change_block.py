@@ -173,6 +173,15 @@ def changes_after(data: pa.Table, offset_key: tuple[int, int]) -> pa.Table:
     return data.filter(pc.or_(later_file, same_file))
 
 
+def changes_before(data: pa.Table, offset_key: tuple[int, int]) -> pa.Table:
+    """The changes of ``data`` whose transaction starts before ``offset_key``: the complement of
+    :func:`changes_after` (what a table held when a TRUNCATE at that offset emptied it)."""
+    fnum, pos = offset_key
+    earlier_file = pc.less(data.column("file_num"), fnum)
+    same_file = pc.and_(pc.equal(data.column("file_num"), fnum), pc.less(data.column("pos"), pos))
+    return data.filter(pc.or_(earlier_file, same_file))
+
+
 def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool = False) -> tuple[pa.Table, pa.Table]:
     """Fold a table's changes (a decoded block table) into ``(upserts, delete_keys)``.
 

@@ -106,6 +106,29 @@ def snapshot_to_changelog(
     return pa.Table.from_arrays(cols, schema=schema)
 
 
+def removed_to_changelog(rows: pa.Table, table_schema: pa.Schema, at: BinlogOffset, commit_ts: float) -> pa.Table:
+    """The rows a TRUNCATE (or DROP) at ``at`` removed, as op ``d`` changelog rows at that DDL: the
+    binlog logs no row event for them, and without these the SCD2 view would keep them current."""
+    schema = changelog_schema(table_schema)
+    n = rows.num_rows
+    rows = rows.select(table_schema.names).cast(table_schema)
+    image = schema.field("before").type
+    children = [rows.column(c).combine_chunks() for c in table_schema.names]
+    before = pa.StructArray.from_arrays(children, fields=list(table_schema)) if n else pa.array([], image)
+    cols = [
+        pa.array(["d"] * n, pa.string()),
+        pa.array([int(commit_ts * 1_000_000)] * n, pa.int64()).cast(TIMESTAMP),
+        pa.array([f"{at.file}:{at.pos}"] * n, pa.string()),
+        pa.array([at.file] * n, pa.string()),
+        pa.array([at.pos] * n, pa.int64()),
+        pa.array([at.pos] * n, pa.int64()),
+        pa.array(range(n), pa.int32()),
+        before,
+        pa.nulls(n, schema.field("after").type),
+    ]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
 def order_key(changelog: pa.Table) -> pa.Table:
     """``changelog`` with ``_file_num`` added and sorted in binlog order (snapshot rows sort before
     the changes of the transaction starting at their HW: a change's event lies after its start)."""
@@ -183,5 +206,5 @@ def _widen(images: pa.ChunkedArray | pa.Array, image: pa.StructType) -> pa.Array
     return pa.StructArray.from_arrays(children, fields=[image.field(i) for i in range(image.num_fields)], mask=mask)
 
 
-__all__ = ["META_FIELDS", "SCD2_FIELDS", "changelog_schema", "changes_to_changelog", "order_key", "scd2",
-           "snapshot_to_changelog"]  # fmt: skip
+__all__ = ["META_FIELDS", "SCD2_FIELDS", "changelog_schema", "changes_to_changelog", "order_key",
+           "removed_to_changelog", "scd2", "snapshot_to_changelog"]  # fmt: skip

@@ -41,6 +41,7 @@ from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, Bu
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
+from airflow_provider_mysqlcdc.stream.emptied_rows import removed_rows_changelog
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
@@ -140,7 +141,7 @@ class BatchApplier:
         into upserts and delete keys, then applied as one commit tagged ``(app_id, batch_id)``.
         """
         t0 = t0 if t0 is not None else time.monotonic()
-        cuts: dict[str, BinlogOffset] = {}
+        cuts: dict[str, list[tuple[BinlogOffset, int]]] = {}
         swaps: dict[str, tuple[BinlogOffset, str]] = {}
         blobs: dict[str, list[bytes]] = defaultdict(list)
         staged: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -191,8 +192,8 @@ class BatchApplier:
             elif src in blobs:
                 self._apply_in_memory(src, blobs.pop(src), batch_id)
             self._apply_cut_over(t, src, blobs.pop(t, []), staged.pop(t, []), cut, batch_id)
-        for t, cut in sorted(cuts.items()):
-            self._apply_emptied(t, blobs.pop(t, []), staged.pop(t, []), cut, batch_id)
+        for t, points in sorted(cuts.items()):
+            self._apply_emptied(t, blobs.pop(t, []), staged.pop(t, []), points, batch_id)
         for t in sorted(set(blobs) | set(staged)):
             nbytes = sum(len(b) for b in blobs[t]) + sum(int(f["bytes"]) for f in staged[t])
             if staged[t] or nbytes * FOLD_MEMORY_FACTOR > memory:
@@ -247,17 +248,17 @@ class BatchApplier:
         self.batches += 1
         return dict(counts)
 
-    def _empty_points(self, meta: list[dict[str, Any]]) -> dict[str, BinlogOffset]:
-        """Per table, the last DDL of this batch at which the table is emptied (a followed TRUNCATE or
-        DROP under policy evolve)."""
-        cuts: dict[str, BinlogOffset] = {}
+    def _empty_points(self, meta: list[dict[str, Any]]) -> dict[str, list[tuple[BinlogOffset, int]]]:
+        """Per table, the DDL of this batch at which the table is emptied (a followed TRUNCATE or DROP
+        under policy evolve), with their commit times, in binlog order."""
+        cuts: dict[str, dict[BinlogOffset, int]] = defaultdict(dict)
         for r in meta:
             t = r["tbl"]
             if r["kind"] == "ddl" and t in self.emptied:
                 at = BinlogOffset(r["file"], int(r["pos"]))
-                if at.sort_key() in self.emptied[t] and (t not in cuts or at > cuts[t]):
-                    cuts[t] = at
-        return cuts
+                if at.sort_key() in self.emptied[t]:
+                    cuts[t][at] = int(r["commit_ts"] or 0)
+        return {t: sorted(points.items()) for t, points in cuts.items()}
 
     def _cut_overs(self, meta: list[dict[str, Any]]) -> dict[str, tuple[BinlogOffset, str]]:
         """Per table, the cut-over of this batch at which it continues from its shadow table."""
@@ -292,14 +293,22 @@ class BatchApplier:
         log.info("batch %d: %s continued from %s at %s", batch_id, table, source, cut)
 
     def _apply_emptied(
-        self, table: str, blobs: list[bytes], staged: list[dict[str, Any]], cut: BinlogOffset, batch_id: int
+        self,
+        table: str,
+        blobs: list[bytes],
+        staged: list[dict[str, Any]],
+        points: list[tuple[BinlogOffset, int]],
+        batch_id: int,
     ) -> None:
-        """A batch in which ``table`` was emptied at ``cut``: the table becomes what its changes after
-        ``cut`` leave, in one commit (``replace_rows``). The changelog gets every change of the batch.
-        Folded in memory: a TRUNCATE's batch is bounded by the stream's batch size, not by the table."""
+        """A batch in which ``table`` was emptied at ``points`` (the last is the cut): the table
+        becomes what its changes after the cut leave, in one commit (``replace_rows``). The changelog
+        gets every change of the batch and a delete of every row each emptying removed. Folded in
+        memory: a TRUNCATE's batch is bounded by the stream's batch size, not by the table."""
+        cut = points[-1][0]
         blocks = self._blocks(blobs, staged)
-        if blocks and self.manifest.tables[table].changelog:
+        if self.manifest.tables[table].changelog:
             logged = [changes_to_changelog(b, self.arrow[table]) for b in blocks]
+            logged += removed_rows_changelog(self.sink, table, self.arrow[table], self.pks[table], blocks, points)
             append_changes(self.sink, table, self.arrow[table], logged, self.app_id, batch_id)
         block = _changes_after(blocks, cut)
         if block is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pyarrow.compute as pc
 import pytest
 
 from airflow_provider_mysqlcdc.core.changelog import order_key
@@ -154,6 +155,32 @@ def test_add_column_with_an_expression_default_warns_that_existing_rows_read_nul
     assert "channel" not in warning and history[-1]["filled"] == {"channel": "web"}
     rows = {r["id"]: r for r in sink.read(table).to_pylist()}
     assert rows[6001]["made"] is not None and rows[1]["made"] is None and rows[1]["channel"] == "web"
+
+
+@pytest.mark.parametrize("stream_policy", ["evolve"])
+def test_truncate_closes_every_removed_row_in_the_changelog(streaming: Any, cdc_settings: Any) -> None:
+    """A TRUNCATE logs no row event: under evolve the changelog gets a delete of every row it removed
+    (the ones changed or added earlier in the same batch too), so the SCD2 view keeps none of them
+    current; twice in one batch, each removes what the table held then."""
+    from airflow_provider_mysqlcdc.sinks.delta_changelog import read_scd2
+
+    mariadb, db, table, store, sink, th = streaming
+    mariadb.execute(
+        "UPDATE t SET v = -v WHERE id <= 10", "INSERT INTO t (id, v, note) VALUES (5001, 1, 'x')",
+        "DELETE FROM t WHERE id = 2", "TRUNCATE TABLE t",
+        "INSERT INTO t (id, v, note) VALUES (7001, 1, 'between'), (7002, 2, 'between')", "TRUNCATE TABLE t",
+        "INSERT INTO t (id, v, note) VALUES (9001, 1, 'after')", database=db,
+    )  # fmt: skip
+    _applied(cdc_settings, store, th)
+    assert th.error is None, th.error
+    _equal(cdc_settings, sink, table)
+    log = order_key(read_changelog(sink, table))
+    deletes = [r["before"]["id"] for r in log.to_pylist() if r["_op"] == "d"]
+    assert sorted(deletes) == sorted([2, *(i for i in range(1, 3001) if i != 2), 5001, 7001, 7002])
+    current = read_scd2(sink, table, ["id"]).filter(pc.field("is_current"))
+    assert current.column("id").to_pylist() == [9001]
+    closed = read_scd2(sink, table, ["id"]).filter(pc.field("id") == 5)
+    assert closed.column("v").to_pylist() == [-5] and closed.column("valid_to").null_count == 0  # closed at the TRUNCATE
 
 
 @pytest.mark.parametrize("stream_policy", ["fail"])

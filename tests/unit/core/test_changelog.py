@@ -6,11 +6,12 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema
+from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema, changes_after, changes_before
 from airflow_provider_mysqlcdc.core.changelog import (
     changelog_schema,
     changes_to_changelog,
     order_key,
+    removed_to_changelog,
     scd2,
     snapshot_to_changelog,
 )
@@ -83,3 +84,22 @@ def test_an_empty_changelog_has_an_empty_history() -> None:
     empty = changelog_schema(TABLE).empty_table()
     out = scd2(empty, ["id"])
     assert out.num_rows == 0 and "valid_from" in out.schema.names
+
+
+def test_rows_a_truncate_removed_end_their_versions_at_it() -> None:
+    """A TRUNCATE at pos 250 logs no row event: its deletes (removed_to_changelog) close the versions."""
+    block = _block([("u", 100, 1000, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+                    ("c", 300, 1002, None, {"id": 7, "v": "n"})])  # fmt: skip
+    at = BinlogOffset(F, 250)
+    assert changes_before(block, at.sort_key()).column("pos").to_pylist() == [100]
+    assert changes_after(block, at.sort_key()).column("pos").to_pylist() == [300]
+    removed = removed_to_changelog(pa.table({"id": [1, 5], "v": ["b", "e"]}, schema=TABLE), TABLE, at, 1001.0)
+    assert removed.column("_op").to_pylist() == ["d", "d"] and removed.column("after").null_count == 2
+    snap = snapshot_to_changelog(pa.table({"id": [1, 5], "v": ["a", "e"]}, schema=TABLE), TABLE,
+                                 BinlogOffset(F, 50), 900.0, "snapshot:p1:0")  # fmt: skip
+    log = pa.concat_tables([changes_to_changelog(block, TABLE), removed, snap])
+    assert order_key(log).column("_op").to_pylist() == ["r", "r", "u", "d", "d", "c"]
+    hist = sorted(scd2(log, ["id"]).to_pylist(), key=lambda r: (r["id"], r["valid_from"]))
+    assert [(r["id"], r["v"], r["valid_to"], r["is_current"]) for r in hist] == [
+        (1, "a", _ts(1000), False), (1, "b", _ts(1001), False), (5, "e", _ts(1001), False), (7, "n", None, True),
+    ]
