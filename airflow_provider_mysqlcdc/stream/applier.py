@@ -34,7 +34,6 @@ from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
-from airflow_provider_mysqlcdc.sinks.delta_maintenance import maintain_table
 from airflow_provider_mysqlcdc.sinks.delta_merge import replace_rows
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
@@ -42,6 +41,7 @@ from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.emptied_rows import removed_rows_changelog
+from airflow_provider_mysqlcdc.stream.maintenance_rounds import MaintenanceRounds
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
@@ -93,7 +93,8 @@ class BatchApplier:
         self.batches = 0
         # what the status file says between batches; a large batch's progress is written on top of it
         self.last_status = replace(store.read_status(), current_batch=None)
-        self._maintained_at = time.monotonic()  # the first round comes one interval after the start
+        self.maintenance = MaintenanceRounds(sink, self.options.maintenance,
+                                             max(0.05, self.options.trigger_seconds / 4))  # fmt: skip
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         t0 = time.monotonic()
@@ -105,30 +106,21 @@ class BatchApplier:
         self.maintain_if_due()
 
     def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:
-        """Compact, checkpoint and vacuum the stream's tables every ``maintenance.interval_seconds``.
-
-        Runs between two batches, so the stream itself never writes a table meanwhile. A failure is
-        logged and recorded in the status, never fatal: the next round tries again.
+        """Compact, checkpoint and vacuum the stream's tables: a round every
+        ``maintenance.interval_seconds``, spread over the pauses between batches (at most a quarter
+        of the trigger interval each; ``force``: the whole round now). The round's summary when one
+        ended, else None. A failure is logged and recorded in the status, never fatal.
         """
-        policy = self.options.maintenance
-        now = time.monotonic()
-        if not force and (not policy.interval_seconds or now - self._maintained_at < policy.interval_seconds):
-            return None
-        self._maintained_at = now
-        pointer = self.store.read_plan_pointer()
-        orphans = pointer is None or pointer.finalized  # no snapshot staging in flight: orphans may go
-        done: dict[str, Any] = {}
         targets = {self.sink.table_uri(t): t for t in sorted(self.schemas, reverse=True)}  # routed shards: once
-        for t in sorted(targets.values()):
-            try:
-                if self.sink.exists(t):
-                    done[t] = maintain_table(self.sink, t, policy, orphans=orphans).to_dict()
-            except Exception as exc:  # never fatal: disk use only grows until the next round
-                log.warning("maintenance of %s failed (the next round tries again): %s", t, exc)
-                done[t] = {"error": str(exc)[:500]}
-        summary = {"at": time.time(), "tables": done}
-        self.last_status = replace(self.last_status, maintenance=summary)
-        self.store.write_status(self.last_status)
+
+        def orphans() -> bool:  # no snapshot staging in flight: unreferenced files may go
+            pointer = self.store.read_plan_pointer()
+            return pointer is None or pointer.finalized
+
+        summary = self.maintenance.step(targets.values(), orphans, force)
+        if summary is not None:
+            self.last_status = replace(self.last_status, maintenance=summary)
+            self.store.write_status(self.last_status)
         return summary
 
     def apply_arrow(

@@ -180,7 +180,7 @@ def test_truncate_closes_every_removed_row_in_the_changelog(streaming: Any, cdc_
     current = read_scd2(sink, table, ["id"]).filter(pc.field("is_current"))
     assert current.column("id").to_pylist() == [9001]
     closed = read_scd2(sink, table, ["id"]).filter(pc.field("id") == 5)
-    assert closed.column("v").to_pylist() == [-5] and closed.column("valid_to").null_count == 0  # closed at the TRUNCATE
+    assert closed.column("v").to_pylist() == [-5] and closed.column("valid_to").null_count == 0  # at the TRUNCATE
 
 
 @pytest.mark.parametrize("stream_policy", ["fail"])

@@ -29,3 +29,46 @@ def test_soak_with_maintenance_stays_small_and_exact(private_server, spark, tmp_
     assert out["reader_versions"] >= 20, out  # the reader really read along
     assert out["replay_skipped"], out
     assert out["disk_factor"] <= 3.0, out
+
+
+class _Clock:
+    """Each reading is one second after the last: a pause's budget counts tables, not real time."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_a_round_over_many_tables_is_spread_over_the_pauses_between_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A round every interval, each pause maintaining tables until its budget is spent (at least one),
+    so a stream of hundreds of tables is never held up for the whole round; ``force`` does it all."""
+    import pyarrow as pa
+
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.stream.maintenance_rounds import MaintenanceRounds
+
+    sink = DeltaSink(str(tmp_path / "lake"), owner="p")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    tables = [f"db.t{i}" for i in range(5)]
+    for t in tables:
+        sink.prepare_table(t, schema, ["id"])
+        sink.apply_changes(t, pa.table({"id": [1, 2], "v": ["a", "b"]}, schema=schema),
+                           pa.table({"id": pa.array([], pa.int64())}), ["id"], "app", 1)  # fmt: skip
+    clock = _Clock()
+    rounds = MaintenanceRounds(sink, MaintenancePolicy(interval_seconds=50), budget_seconds=2.5, clock=clock)
+    assert rounds.step(tables, lambda: True) is None and not rounds.done  # the interval has not passed
+    clock.t += 100
+    shares = []
+    summary = None
+    while summary is None:
+        summary = rounds.step(tables, lambda: True)
+        shares.append(len(rounds.done) - sum(shares))
+    assert shares == [2, 2, 1]  # two tables per pause within its budget, the last pause ends the round
+    assert sorted(summary["tables"]) == tables
+    assert all(r["checkpoint_version"] is not None for r in summary["tables"].values()), summary
+    assert rounds.step(tables, lambda: True) is None  # the next round waits for the interval
+    forced = rounds.step(tables, lambda: True, force=True)
+    assert forced is not None and sorted(forced["tables"]) == tables  # all at once
