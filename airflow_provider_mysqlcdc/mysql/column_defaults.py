@@ -22,9 +22,22 @@ from typing import Any
 from airflow_provider_mysqlcdc.core.table import TableSchema, quote_ident
 from airflow_provider_mysqlcdc.core.types import ColumnType, column_type
 from airflow_provider_mysqlcdc.mysql.binlog_values import binlog_converter, format_time
+from airflow_provider_mysqlcdc.mysql.server import server_info
 
 # information_schema's form of a literal default on MariaDB: a quoted string, a number, a bit value
 _LITERAL = re.compile(r"'.*'|[-+]?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|b'[01]*'", re.S)
+
+
+def is_literal_default(default: str, extra: str, mariadb: bool) -> bool:
+    """Whether ``information_schema.COLUMNS``' COLUMN_DEFAULT / EXTRA describe a literal (a value the
+    server stored once, the same in every row) rather than an expression evaluated per row.
+
+    MariaDB writes literals quoted or as numbers and expressions bare (``current_timestamp()``);
+    MySQL 8 writes literals bare and marks expressions ``DEFAULT_GENERATED`` in EXTRA.
+    """
+    if "DEFAULT_GENERATED" in extra.upper():
+        return False
+    return bool(_LITERAL.fullmatch(default)) if mariadb else True
 _TEMPORAL = {"datetime", "timestamp", "date"}
 
 
@@ -40,6 +53,7 @@ def added_column_values(
     only from a row, and no row needs it (every row the ALTER filled was deleted since).
     """
     table = schema.table
+    mariadb = server_info(conn).is_mariadb
     with conn.cursor() as cur:
         cur.execute("SELECT COLUMN_NAME, COLUMN_DEFAULT, EXTRA FROM information_schema.COLUMNS "
                     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (table.database, table.table))  # fmt: skip
@@ -50,9 +64,9 @@ def added_column_values(
         for name in columns:
             ct = column_type(schema.column(name))
             default, extra = info.get(name.lower(), (None, ""))
-            if default is None or str(default).upper() == "NULL":  # no default, or DEFAULT NULL
+            if default is None or (mariadb and str(default).upper() == "NULL"):  # no default, or DEFAULT NULL
                 values[name] = None if ct.nullable else implicit_default(ct)
-            elif "DEFAULT_GENERATED" in extra.upper() or not _LITERAL.fullmatch(str(default)):
+            elif not is_literal_default(str(default), extra, mariadb):
                 expressions[name] = str(default)
             else:
                 literal.append(name)
@@ -101,4 +115,4 @@ def implicit_default(ct: ColumnType) -> Any:
     return None  # temporal kinds (a zero date), geometry
 
 
-__all__ = ["added_column_values", "canonical_default", "implicit_default"]
+__all__ = ["added_column_values", "canonical_default", "implicit_default", "is_literal_default"]

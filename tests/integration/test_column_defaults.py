@@ -12,7 +12,7 @@ import pyarrow as pa
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.canonical_json import from_json, to_json
 from airflow_provider_mysqlcdc.core.table import TableId
-from airflow_provider_mysqlcdc.mysql.column_defaults import added_column_values
+from airflow_provider_mysqlcdc.mysql.column_defaults import added_column_values, is_literal_default
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from tests.support.verify import source_table
 
@@ -63,3 +63,15 @@ def test_an_empty_table_gives_the_defaults_it_can_read(mariadb: Any, db: str, cd
                     "ADD COLUMN b VARCHAR(3) DEFAULT 'x', ADD COLUMN c INT NOT NULL", database=db)  # fmt: skip
     schema = read_table_schema(cdc_conn, TableId.parse(f"{db}.e"))
     assert added_column_values(cdc_conn, schema, ["a", "b", "c"]) == ({"b": "x", "c": 0}, {})
+
+
+def test_literal_and_expression_defaults_as_each_server_writes_them() -> None:
+    """MariaDB quotes literals and leaves expressions bare; MySQL 8 leaves both bare and marks
+    expressions DEFAULT_GENERATED (no MySQL 8 server here: its documented forms)."""
+    for text in ("'web'", "'it''s'", "-5", "1.50", "2.5e10", "b'101'", "''"):
+        assert is_literal_default(text, "", mariadb=True), text
+    for text in ("current_timestamp()", "current_timestamp(6)", "uuid()", "(1 + 1)", "curdate()"):
+        assert not is_literal_default(text, "", mariadb=True), text
+    assert is_literal_default("web", "", mariadb=False) and is_literal_default("0", "", mariadb=False)
+    assert not is_literal_default("CURRENT_TIMESTAMP", "DEFAULT_GENERATED", mariadb=False)
+    assert not is_literal_default("(uuid())", "DEFAULT_GENERATED on update CURRENT_TIMESTAMP", mariadb=False)
