@@ -86,45 +86,34 @@ def snapshot_to_changelog(
     rows: pa.Table, table_schema: pa.Schema, high_watermark: BinlogOffset, taken_at: float, tx_id: str
 ) -> pa.Table:
     """A snapshot group's rows of one table (already at its HW) as op ``r`` changelog rows."""
-    schema = changelog_schema(table_schema)
-    n = rows.num_rows
-    rows = rows.select(table_schema.names).cast(table_schema)
-    image = schema.field("after").type
-    children = [rows.column(c).combine_chunks() for c in table_schema.names]
-    after = pa.StructArray.from_arrays(children, fields=list(table_schema)) if n else pa.array([], image)
-    cols = [
-        pa.array(["r"] * n, pa.string()),
-        pa.array([int(taken_at * 1_000_000)] * n, pa.int64()).cast(TIMESTAMP),
-        pa.array([tx_id] * n, pa.string()),
-        pa.array([high_watermark.file] * n, pa.string()),
-        pa.array([high_watermark.pos] * n, pa.int64()),
-        pa.array([high_watermark.pos] * n, pa.int64()),
-        pa.array([0] * n, pa.int32()),
-        pa.nulls(n, schema.field("before").type),
-        after,
-    ]
-    return pa.Table.from_arrays(cols, schema=schema)
+    return _rows_at("r", rows, table_schema, high_watermark, taken_at, tx_id)
 
 
 def removed_to_changelog(rows: pa.Table, table_schema: pa.Schema, at: BinlogOffset, commit_ts: float) -> pa.Table:
     """The rows a TRUNCATE (or DROP) at ``at`` removed, as op ``d`` changelog rows at that DDL: the
     binlog logs no row event for them, and without these the SCD2 view would keep them current."""
+    return _rows_at("d", rows, table_schema, at, commit_ts, f"{at.file}:{at.pos}")
+
+
+def _rows_at(op: str, rows: pa.Table, table_schema: pa.Schema, at: BinlogOffset, ts: float, tx_id: str) -> pa.Table:
+    """Whole rows as changelog rows of one op at one binlog offset: ``r`` rows as their after image
+    (all at row index 0, as a snapshot row has no rows event), ``d`` rows as their before image."""
     schema = changelog_schema(table_schema)
     n = rows.num_rows
     rows = rows.select(table_schema.names).cast(table_schema)
-    image = schema.field("before").type
+    empty = pa.nulls(n, schema.field("after").type)
     children = [rows.column(c).combine_chunks() for c in table_schema.names]
-    before = pa.StructArray.from_arrays(children, fields=list(table_schema)) if n else pa.array([], image)
+    image = pa.StructArray.from_arrays(children, fields=list(table_schema)) if n else empty
     cols = [
-        pa.array(["d"] * n, pa.string()),
-        pa.array([int(commit_ts * 1_000_000)] * n, pa.int64()).cast(TIMESTAMP),
-        pa.array([f"{at.file}:{at.pos}"] * n, pa.string()),
+        pa.array([op] * n, pa.string()),
+        pa.array([int(ts * 1_000_000)] * n, pa.int64()).cast(TIMESTAMP),
+        pa.array([tx_id] * n, pa.string()),
         pa.array([at.file] * n, pa.string()),
         pa.array([at.pos] * n, pa.int64()),
         pa.array([at.pos] * n, pa.int64()),
-        pa.array(range(n), pa.int32()),
-        before,
-        pa.nulls(n, schema.field("after").type),
+        pa.array(range(n) if op == "d" else [0] * n, pa.int32()),
+        image if op == "d" else empty,
+        empty if op == "d" else image,
     ]
     return pa.Table.from_arrays(cols, schema=schema)
 

@@ -21,19 +21,14 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+from deltalake.transaction import CommitProperties
 
 from airflow_provider_mysqlcdc.core.canonical_json import to_json
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_files import remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema
-from airflow_provider_mysqlcdc.sinks.delta_rewrite import (
-    READ_BATCH_ROWS,
-    STREAM_DIR,
-    _conform,
-    _FileWriter,
-    _TableFiles,
-)
+from airflow_provider_mysqlcdc.sinks.delta_rewrite import READ_BATCH_ROWS, _added, _conform, _FileWriter, _TableFiles
 from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 
 log = logging.getLogger(__name__)
@@ -54,8 +49,7 @@ def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any], primary
         have = sink.table_files(table, dt)
         if not have:
             return 0
-        files = _TableFiles(sink.table_uri(table), sink.storage,
-                            f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)  # fmt: skip
+        files = _TableFiles.of(sink, table, route)
         directory = f"{files.stream_dir}/fill-{uuid.uuid4().hex[:12]}"
         written = []
         rows = 0
@@ -72,11 +66,7 @@ def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any], primary
             out.close()
             written += out.written
         now = int(time.time() * 1000)
-        actions: list[AddAction | RemoveAction] = [
-            RemoveAction(path=rel, data_change=True, deletion_timestamp=now, size=size) for rel, size in have.items()
-        ]
-        actions += [AddAction(path=f.rel, size=f.size, partition_values=route.partition_values if route else {},
-                              modification_time=now, data_change=True, stats=f.stats) for f in written]  # fmt: skip
+        actions = [*(remove_action(rel, size, now) for rel, size in have.items()), *_added(written, route, now)]
         filled = {c: to_json(v) for c, v in values.items()}
         commit = CommitProperties(custom_metadata={"mysqlcdc": json.dumps({"filled_columns": filled, "rows": rows})})
         try:

@@ -43,8 +43,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
+from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_files import remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, already_applied, conform_upserts
 from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
@@ -87,8 +88,19 @@ class _NewFile:
     stats: str
 
 
+def _added(files: list[_NewFile], route: RoutedTable | None, now: int) -> list[AddAction]:
+    """Add actions of data files this module wrote (a routed shard's carry its partition values)."""
+    return [AddAction(path=f.rel, size=f.size, partition_values=route.partition_values if route else {},
+                      modification_time=now, data_change=True, stats=f.stats) for f in files]  # fmt: skip
+
+
 class _TableFiles:
     """Data files of one Delta table by their relative paths, on a local disk or an object store."""
+
+    @classmethod
+    def of(cls, sink: DeltaSink, table: str, route: RoutedTable | None) -> _TableFiles:
+        """``table``'s files, written under the stream's directory (a routed shard's own, if routed)."""
+        return cls(sink.table_uri(table), sink.storage, f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)
 
     def __init__(self, uri: str, storage: LakeStorage, stream_dir: str = STREAM_DIR):
         self.uri = uri.rstrip("/")
@@ -229,7 +241,7 @@ def apply_folded_changes(
     target = file_schema(full) if route else full
     key = list(primary_key)
     key_schema = pa.schema([target.field(c) for c in key])
-    files = _TableFiles(sink.table_uri(table), sink.storage, f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)
+    files = _TableFiles.of(sink, table, route)
     prefix = f"b{version:010d}-"
     files.remove_uncommitted(prefix)
     directory = f"{files.stream_dir}/{prefix}{uuid.uuid4().hex[:12]}"
@@ -269,15 +281,11 @@ def apply_folded_changes(
         copied = 0
         for n, (rel, (size, mask)) in enumerate(masks.items()):
             copied += _copy_without(files, rel, mask, target, rewrite)
-            removes.append(RemoveAction(path=rel, data_change=True, deletion_timestamp=now, size=size))
+            removes.append(remove_action(rel, size, now))
             report("rewriting", {"files_rewritten": n + 1, "files_to_rewrite": len(masks), "rows_copied": copied})
         rewrite.close()
         new_files = up_writer.written + rewrite.written
-        adds = [
-            AddAction(path=f.rel, size=f.size, partition_values=route.partition_values if route else {},
-                      modification_time=now, data_change=True, stats=f.stats)
-            for f in new_files
-        ]  # fmt: skip
+        adds = _added(new_files, route, now)
         commit = CommitProperties(
             app_transactions=[Transaction(app_id, version)],
             custom_metadata={"mysqlcdc": json.dumps({

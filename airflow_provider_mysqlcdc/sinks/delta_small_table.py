@@ -21,17 +21,18 @@ import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from deltalake.transaction import CommitProperties, Transaction
 
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_files import remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import (
     COMMIT_ATTEMPTS,
     already_applied,
     conform_upserts,
     delta_arrow_schema,
 )
-from airflow_provider_mysqlcdc.sinks.delta_rewrite import STREAM_DIR, _conform, _FileWriter, _TableFiles
+from airflow_provider_mysqlcdc.sinks.delta_rewrite import _added, _conform, _FileWriter, _TableFiles
 from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 from airflow_provider_mysqlcdc.spill.changed_keys import member_mask
 
@@ -67,8 +68,7 @@ def rewrite_small_table(
         full = delta_arrow_schema(dt)
         schema = file_schema(full) if route else full
         have = sink.table_files(table, dt)
-        files = _TableFiles(sink.table_uri(table), sink.storage,
-                            f"{STREAM_DIR}/{route.source}" if route else STREAM_DIR)  # fmt: skip
+        files = _TableFiles.of(sink, table, route)
         parts = [_conform(files.reader(rel).read(), schema) for rel in have]
         current = pa.concat_tables(parts) if parts else schema.empty_table()
         key_schema = pa.schema([schema.field(c) for c in key])
@@ -81,11 +81,7 @@ def rewrite_small_table(
             out.write(rows.sort_by([(c, "ascending") for c in key]))
         out.close()
         now = int(time.time() * 1000)
-        actions: list[AddAction | RemoveAction] = [
-            RemoveAction(path=rel, data_change=True, deletion_timestamp=now, size=size) for rel, size in have.items()
-        ]
-        actions += [AddAction(path=f.rel, size=f.size, partition_values=route.partition_values if route else {},
-                              modification_time=now, data_change=True, stats=f.stats) for f in out.written]  # fmt: skip
+        actions = [*(remove_action(rel, size, now) for rel, size in have.items()), *_added(out.written, route, now)]
         commit = CommitProperties(
             app_transactions=[Transaction(app_id, version)],
             custom_metadata={"mysqlcdc": json.dumps({"app_id": app_id, "version": version, "upserts": upserts.num_rows,

@@ -405,10 +405,17 @@ def test_form_pattern_captures_a_database_while_tables_come_and_go(pipeline: dic
     runs the same in-process, with finer checks): tables=['<db>.*'] plans 200 tables (three key kinds)
     and snapshots them in mapped tasks while a writer changes all of them; the detached stream then
     captures 4 tables created meanwhile from their CREATE (a keyless one refused), follows a DROP and a
-    DROP + CREATE again under the lenient policy — and every captured table equals its source."""
+    DROP + CREATE again under the lenient policy — and every captured table equals its source (the
+    same DDL and checks as there: ``tables_come_and_go``, ``assert_captured_as_the_source``)."""
     from airflow_provider_mysqlcdc.stream.control import request_stop
-    from tests.integration.test_whole_database import TABLES, Writer, _create, _kind
-    from tests.support.verify import assert_sink_equals_source
+    from tests.integration.test_whole_database import (
+        TABLES,
+        Writer,
+        _create,
+        _kind,
+        assert_captured_as_the_source,
+        tables_come_and_go,
+    )
 
     server, db = pipeline["server"], "cdc_wd"
     server.execute(f"CREATE DATABASE {db}")
@@ -427,18 +434,7 @@ def test_form_pattern_captures_a_database_while_tables_come_and_go(pipeline: dic
         assert len(run.xcom("plan")) >= 2 and run.xcom("stream")["running"]
         summary = run.xcom("plan", key="plan_summary")
         assert any("v_all" in n for n in summary["notes"])  # a view matches the pattern: reported, skipped
-        writer.ddl(*_create("n_plain", "int"), add={"n_plain": "int"})
-        writer.ddl("CREATE TABLE n_like LIKE t001", "INSERT INTO n_like SELECT * FROM t001", add={"n_like": "comp"})
-        writer.ddl("CREATE TABLE n_select (id BIGINT NOT NULL PRIMARY KEY, v INT, note VARCHAR(20)) "
-                   "SELECT id, v, note FROM t003", add={"n_select": "int"})  # fmt: skip
-        writer.ddl(*_create("n_comp", "comp"), add={"n_comp": "comp"})
-        writer.ddl("CREATE TABLE n_nokey (a INT, b INT)", "INSERT INTO n_nokey VALUES (1, 1)")
-        writer.ddl("CREATE TABLE skip_t010_copy LIKE t010", "INSERT INTO skip_t010_copy SELECT * FROM t010",
-                   "DROP TABLE t010", remove=("t010",))  # fmt: skip
-        writer.ddl("DROP TABLE t020", remove=("t020",))
-        time.sleep(1)
-        writer.ddl("CREATE TABLE t020 (id BIGINT NOT NULL PRIMARY KEY, v INT, extra VARCHAR(10))",
-                   "INSERT INTO t020 SELECT seq, -seq, 'again' FROM seq_1_to_7", add={"t020": "int"})  # fmt: skip
+        tables_come_and_go(writer)
         time.sleep(3)
         writer.stop_event.set()
         writer.join(timeout=30)
@@ -447,14 +443,7 @@ def test_form_pattern_captures_a_database_while_tables_come_and_go(pipeline: dic
             target = current_offset(conn)
         wait_until_applied(store, target, timeout=300)
 
-        manifest = store.read_manifest()
-        expected = sorted({*names, "n_plain", "n_like", "n_select", "n_comp"} - {"t010"})
-        assert sorted(t for t, e in manifest.tables.items() if e.ended_at is None) == [f"{db}.{n}" for n in expected]
-        assert manifest.ended_tables() == [f"{db}.t010"] and f"{db}.n_nokey" in manifest.refused
-        for n in expected:
-            assert_sink_equals_source(pipeline["settings"], sink, f"{db}.{n}")
-        assert_sink_equals_source(pipeline["settings"], sink, f"{db}.t010", f"{db}.skip_t010_copy")  # kept at DROP
-        assert "extra" in sink.read(f"{db}.t020").schema.names
+        assert_captured_as_the_source(pipeline["settings"], store, sink, db, names)
     finally:
         writer.stop_event.set()
         request_stop(store, timeout=60)

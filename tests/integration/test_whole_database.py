@@ -95,6 +95,38 @@ class Writer(threading.Thread):
             self.live.update(add or {})
 
 
+def tables_come_and_go(writer: Writer) -> None:
+    """The DDL of the scenario, run while the stream runs: 5 tables created (one keyless, refused),
+    one excluded by name, t010 dropped (its rows kept in skip_t010_copy), t020 dropped and created
+    again with another shape (captured from the new CREATE: the lake table starts over)."""
+    writer.ddl(*_create("n_plain", "int"), add={"n_plain": "int"})
+    writer.ddl("CREATE TABLE n_like LIKE t001", "INSERT INTO n_like SELECT * FROM t001", add={"n_like": "comp"})
+    writer.ddl("CREATE TABLE n_select (id BIGINT NOT NULL PRIMARY KEY, v INT, note VARCHAR(20)) "
+               "SELECT id, v, note FROM t003", add={"n_select": "int"})  # fmt: skip
+    writer.ddl(*_create("n_comp", "comp"), add={"n_comp": "comp"})
+    writer.ddl("CREATE TABLE n_nokey (a INT, b INT)", "INSERT INTO n_nokey VALUES (1, 1)")
+    writer.ddl("CREATE TABLE skip_me (id INT PRIMARY KEY)")  # excluded by the pipeline
+    writer.ddl("CREATE TABLE skip_t010_copy LIKE t010", "INSERT INTO skip_t010_copy SELECT * FROM t010",
+               "DROP TABLE t010", remove=("t010",))  # fmt: skip
+    writer.ddl("DROP TABLE t020", remove=("t020",))
+    time.sleep(1)
+    writer.ddl("CREATE TABLE t020 (id BIGINT NOT NULL PRIMARY KEY, v INT, extra VARCHAR(10))",
+               "INSERT INTO t020 SELECT seq, -seq, 'again' FROM seq_1_to_7", add={"t020": "int"})  # fmt: skip
+
+
+def assert_captured_as_the_source(settings: Any, store: StateStore, sink: DeltaSink, db: str, names: list[str]) -> None:
+    """After :func:`tables_come_and_go` and the stream's catch-up: every captured table equals its
+    source, the dropped one keeps its rows as at the DROP (lenient), the keyless one is refused."""
+    manifest = store.read_manifest()
+    expected = sorted({*names, "n_plain", "n_like", "n_select", "n_comp"} - {"t010"})
+    assert sorted(t for t, e in manifest.tables.items() if e.ended_at is None) == [f"{db}.{n}" for n in expected]
+    assert manifest.ended_tables() == [f"{db}.t010"] and f"{db}.n_nokey" in manifest.refused
+    for n in expected:
+        assert_sink_equals_source(settings, sink, f"{db}.{n}")
+    assert_sink_equals_source(settings, sink, f"{db}.t010", f"{db}.skip_t010_copy")
+    assert "extra" in sink.read(f"{db}.t020").schema.names
+
+
 def test_pattern_capture_with_tables_created_and_dropped_while_streaming(
     mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: Any
 ) -> None:
@@ -119,20 +151,7 @@ def test_pattern_capture_with_tables_created_and_dropped_while_streaming(
     th = StreamThread(spark, cdc_settings, store, sink, run_id="wholedb-1", options=opts).start_running()
     try:
         time.sleep(2)
-        writer.ddl(*_create("n_plain", "int"), add={"n_plain": "int"})
-        writer.ddl("CREATE TABLE n_like LIKE t001", "INSERT INTO n_like SELECT * FROM t001", add={"n_like": "comp"})
-        writer.ddl("CREATE TABLE n_select (id BIGINT NOT NULL PRIMARY KEY, v INT, note VARCHAR(20)) "
-                   "SELECT id, v, note FROM t003", add={"n_select": "int"})  # fmt: skip
-        writer.ddl(*_create("n_comp", "comp"), add={"n_comp": "comp"})
-        writer.ddl("CREATE TABLE n_nokey (a INT, b INT)", "INSERT INTO n_nokey VALUES (1, 1)")
-        writer.ddl("CREATE TABLE skip_me (id INT PRIMARY KEY)")  # excluded by the pipeline
-        writer.ddl("CREATE TABLE skip_t010_copy LIKE t010", "INSERT INTO skip_t010_copy SELECT * FROM t010",
-                   "DROP TABLE t010", remove=("t010",))  # fmt: skip
-        writer.ddl("DROP TABLE t020", remove=("t020",))
-        time.sleep(1)
-        # created again with another shape: captured from the new CREATE, the lake table starts over
-        writer.ddl("CREATE TABLE t020 (id BIGINT NOT NULL PRIMARY KEY, v INT, extra VARCHAR(10))",
-                   "INSERT INTO t020 SELECT seq, -seq, 'again' FROM seq_1_to_7", add={"t020": "int"})  # fmt: skip
+        tables_come_and_go(writer)
         time.sleep(3)
         writer.stop_event.set()
         writer.join(timeout=30)
@@ -140,18 +159,9 @@ def test_pattern_capture_with_tables_created_and_dropped_while_streaming(
         th.wait_applied(cdc_settings)
         assert th.error is None, th.error
 
-        manifest = store.read_manifest()
-        captured = sorted(t for t, e in manifest.tables.items() if e.ended_at is None)
-        expected = sorted({*names, "n_plain", "n_like", "n_select", "n_comp"} - {"t010"})
-        assert captured == [f"{db}.{n}" for n in expected]
-        assert manifest.ended_tables() == [f"{db}.t010"]
-        assert f"{db}.n_nokey" in manifest.refused and f"{db}.skip_me" not in manifest.tables
-        for n in expected:
-            assert_sink_equals_source(cdc_settings, sink, f"{db}.{n}")
-        # lenient: kept as it was at the DROP
-        assert_sink_equals_source(cdc_settings, sink, f"{db}.t010", f"{db}.skip_t010_copy")
-        t020 = sink.read(f"{db}.t020").schema.names
-        assert "extra" in t020 and "note" not in t020
+        assert_captured_as_the_source(cdc_settings, store, sink, db, names)
+        assert f"{db}.skip_me" not in store.read_manifest().tables
+        assert "note" not in sink.read(f"{db}.t020").schema.names
         history = {h["table"]: h for h in store.read_json(SCHEMA_HISTORY)}
         assert history[f"{db}.n_plain"]["done"] == "captured from its CREATE"
         assert "not captured" in history[f"{db}.n_nokey"]["done"]
