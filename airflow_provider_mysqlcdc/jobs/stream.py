@@ -20,7 +20,9 @@ import json
 import logging
 import os
 import sys
+import time
 import uuid
+from typing import Any
 
 from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, SCHEMA_CHANGE_POLICIES
 
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             recorder=recorder,
         )
     except Exception as exc:  # the message of a failed stream is what the operator shows
-        msg = explain_stream_failure(exc, store, driver_memory)
+        msg = explain_stream_failure(exc, store, driver_memory, lambda: _jvm_answers(spark))
         if recorder.record.state != "failed" or msg != str(exc):
             recorder.write(state="failed", error=msg)
         print(f"error: {msg}", flush=True)
@@ -123,6 +125,19 @@ def main(argv: list[str] | None = None) -> int:
                 pass
     print("MYSQLCDC_RESULT " + json.dumps({"stopped": True, "run_id": recorder.run_id}), flush=True)
     return 0
+
+
+def _jvm_answers(spark: Any) -> bool:
+    """Whether the driver JVM still answers a trivial call, after the moment a JVM exiting on an error
+    needs to be gone (see ``explain_stream_failure``)."""
+    if spark is None:
+        return False
+    time.sleep(0.5)
+    try:
+        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
+        return True
+    except Exception:
+        return False
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ is large), so the failure can say which batch killed the stream and what to rais
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
@@ -63,8 +64,17 @@ def describe_batch(batch: dict[str, Any] | None) -> str:
     return f"batch {batch.get('batch_id')} ({', '.join(parts)})"
 
 
-def explain_stream_failure(exc: BaseException, store: StateStore, driver_memory: str | None = None) -> str:
-    """The error a failed stream records in its run record (``mysqlcdc status`` shows it)."""
+def explain_stream_failure(
+    exc: BaseException,
+    store: StateStore,
+    driver_memory: str | None = None,
+    jvm_answers: Callable[[], bool] | None = None,
+) -> str:
+    """The error a failed stream records in its run record (``mysqlcdc status`` shows it).
+
+    ``jvm_answers`` asks the driver JVM for a trivial answer: a JVM exiting on an error (an
+    OutOfMemoryError with ``ExitOnOutOfMemoryError``) can still send one last Java error for the
+    call in flight, which reads like a query error; asked again, it no longer answers."""
     chain = _chain(exc)
     current = store.read_status().current_batch
     where = describe_batch(current)
@@ -74,7 +84,8 @@ def explain_stream_failure(exc: BaseException, store: StateStore, driver_memory:
             "use to fold one table's changes; --apply-memory-mb / StreamOptions.apply_memory_mb) or give the "
             "driver's machine or container more memory. The stream restarts from its checkpoint; nothing was lost"
         )
-    if not jvm_gone(exc):
+    java_error = any(type(e).__name__ == "Py4JJavaError" for e in chain)
+    if not jvm_gone(exc) and not (java_error and jvm_answers is not None and not jvm_answers()):
         return str(exc)
     mem = f" (now {driver_memory})" if driver_memory else ""
     return (

@@ -65,3 +65,20 @@ def test_a_driver_gone_mid_batch_says_which_batch(tmp_path) -> None:  # type: ig
     assert not st["running"] and st["state"] == "lost"
     assert "is gone while running batch 7" in st["reason"] and "apply_memory_mb" in st["reason"]
     assert st["current_batch"]["batch_id"] == 7 and st["last_batch"] == {"batch_id": 6}
+
+
+class Py4JJavaError(Exception):
+    """Stands for py4j's: its class name is what the failure check looks at."""
+
+
+def test_a_java_error_from_a_jvm_that_then_stops_answering_is_a_vanished_jvm(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A JVM exiting on an OutOfMemoryError can answer the call in flight with a Java error that reads
+    like a query error; if it no longer answers afterwards, it went away."""
+    exc = Py4JJavaError("An error occurred while calling o128.lastProgress")
+    gone = explain_stream_failure(exc, _store(tmp_path, BATCH), "1g", jvm_answers=lambda: False)
+    assert "Spark driver JVM went away in batch 7" in gone and "o128.lastProgress" in gone
+    alive = explain_stream_failure(exc, _store(tmp_path, BATCH), "1g", jvm_answers=lambda: True)
+    assert alive == "An error occurred while calling o128.lastProgress"  # a query error keeps its own words
+    asked = []
+    plain = explain_stream_failure(ValueError("bad"), _store(tmp_path, BATCH), "1g", lambda: asked.append(1) or False)
+    assert plain == "bad" and not asked  # only a Java error makes it ask
