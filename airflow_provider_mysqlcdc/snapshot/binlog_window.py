@@ -1,7 +1,9 @@
 """Replay a chunk group's binlog window ``[LW, HW)`` onto its staged chunk files, in bounded memory.
 
 Step 4 of the watermark bracket (``snapshot/group.py``): the rows the group staged were read at
-some point between LW and HW, so every key the window touches may be stale in them. Per table:
+some point between LW and HW, so every key the window touches may be stale in them. A chunk whose
+reader took its own watermarks (``TableWork.windows``) takes only the changes of its own window
+(``core/chunk_window.py``); the others take the group's. Per table:
 
 1. the window's changes are decoded once (the stream's reader and decoder, key-only before
    images) into change blocks and folded by key (``spill/bucketed_fold.py``): the last image of
@@ -34,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.core.change_block import BlockBuilder, block_schema
+from airflow_provider_mysqlcdc.core.chunk_window import ChunkWindows
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.mysql import binlog_values
@@ -85,7 +88,9 @@ def replay_window(
     before_cols = {t: key_image_columns(w.pk_cols, w.chunk_cols) for t, w in by_table.items()}
     builders = {t: BlockBuilder(block_schema(w.arrow_schema, before_cols[t])) for t, w in by_table.items()}
     converters = {t: binlog_values.binlog_row_converter(w.schema) for t, w in by_table.items()}
-    n = 0
+    windows = {t: ChunkWindows(w.locator, {s.split_id: w.windows.get(s.split_id, (low, high)) for s in w.splits})
+               for t, w in by_table.items() if w.windows}  # fmt: skip
+    n = kept = 0
     try:
         reader = BinlogRangeReader(
             settings, low, high, tables=list(by_table), server_id=server_id,
@@ -98,10 +103,16 @@ def replay_window(
                 b = builders.get(ch.table)
                 if b is None:
                     continue
-                tx = ch.tx_offset
-                b.add(ch.op, tx.file, tx.pos, ch.event_pos[0], ch.event_pos[1], ch.row_index, n, int(ch.commit_ts),
-                      ch.before, ch.after)  # fmt: skip
                 n += 1
+                own = windows.get(ch.table)
+                if own is not None:
+                    ch = own.part(ch, by_table[ch.table].chunk_cols)
+                    if ch is None:  # older than its chunk's read, or the stream's (newer than its HW)
+                        continue
+                tx = ch.tx_offset
+                b.add(ch.op, tx.file, tx.pos, ch.event_pos[0], ch.event_pos[1], ch.row_index, kept,
+                      int(ch.commit_ts), ch.before, ch.after)  # fmt: skip
+                kept += 1
                 if len(b) >= BLOCK_ROWS:
                     folds[ch.table].add(b.build())
         finally:
@@ -109,10 +120,13 @@ def replay_window(
         for t, b in builders.items():
             if len(b):
                 folds[t].add(b.build())
-        log.info("binlog window %s..%s: %d changes to the group's tables", low, high, n)
+        log.info("binlog window %s..%s: %d changes to the group's tables, %d of them inside their chunk's "
+                 "window", low, high, n, kept)  # fmt: skip
         for t, w in by_table.items():
             if folds[t].changes:
-                _apply_to_chunks(w, folds[t], os.path.join(workdir, f"apply-{t}"), memory_bytes, threads)
+                rewritten = _apply_to_chunks(w, folds[t], os.path.join(workdir, f"apply-{t}"), memory_bytes, threads)
+                log.info("%s: %d of %d staged chunk files brought to their HW (%d chunks with their own window)",
+                         t, rewritten, len(w.files), len(w.windows))  # fmt: skip
     finally:
         for f in folds.values():
             f.close()
@@ -120,7 +134,8 @@ def replay_window(
     return n
 
 
-def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_bytes: int, threads: int) -> None:
+def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_bytes: int, threads: int) -> int:
+    """Rewrite the chunk files the fold touches; returns how many."""
     os.makedirs(workdir, exist_ok=True)
     group_ids = {s.split_id for s in w.splits}
     key_schema = pa.schema([w.arrow_schema.field(c) for c in w.pk_cols])
@@ -164,6 +179,7 @@ def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_byt
         new_files = list(pool.map(lambda j: _rewrite_chunk(w, *j), jobs))
     for sid, f in zip(todo, new_files, strict=True):
         w.files[sid] = f
+    return len(todo)
 
 
 def _rewrite_chunk(w: _TableWork, split_id: int, drop: np.ndarray | None, adds_path: str | None) -> StagedFile:

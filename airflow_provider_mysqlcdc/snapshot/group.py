@@ -16,6 +16,13 @@ as correct around a group, provided that
 
 Every chunk of the group then holds its rows as of ``HW`` and reports ``HW`` as its high
 watermark; the stream emits a change to a key of the chunk iff it starts at or after ``HW``.
+
+Where the native reader reads a chunk it also brackets that chunk on its own (a consistent
+snapshot's LW just before its SELECT, HW once its rows are in memory): the same argument holds
+per chunk, and the chunk's window ``[LW(chunk), HW(chunk))`` — its read, not the whole group's —
+is all that is replayed onto it (``core/chunk_window.py``), and its own HW is what it reports. A
+writer spread over the table then leaves most staged files untouched. Tables whose snapshot rows
+carry the group's HW (metadata columns, changelog) keep the group's window.
 :func:`snapshot_group` is that algorithm, one step per line; the steps live below it, the staging
 in ``snapshot/staging.py`` and the replay in ``snapshot/binlog_window.py``.
 """
@@ -187,8 +194,8 @@ def snapshot_group(
 
         t0 = time.monotonic()
         rows = stage_group(spark, settings, run.work, run.plan.collations, reader=opts.reader,
-                           fetch_size=opts.fetch_size, hooks=hooks,
-                           max_rows_per_second=run.max_rows_per_second)  # fmt: skip
+                           fetch_size=opts.fetch_size, hooks=hooks, max_rows_per_second=run.max_rows_per_second,
+                           chunk_watermarks=not opts.skip_backfill)  # fmt: skip
         run.read_seconds = time.monotonic() - t0
         log.info("group %s: staged %d chunks of %s, %d rows in %.1fs (%.0f rows/s)", g, len(run.group.splits),
                  tables, rows, run.read_seconds, rows / max(run.read_seconds, 1e-9))  # fmt: skip
@@ -197,6 +204,7 @@ def snapshot_group(
         high_taken_at = time.time()
         window_bytes = source.window_bytes(low, high)
         log.info("group %s: high watermark %s, binlog window of %d bytes", g, high, window_bytes)
+    _keep_own_windows(run)
 
     changes = _replay_window(settings, low, high, run, window_bytes, opts)
     log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes", g, low, high, tables, changes)
@@ -295,6 +303,19 @@ def _replay_window(
         raise SnapshotError(_explain_binlog_error(exc)) from exc
 
 
+def _keep_own_windows(run: GroupRun) -> None:
+    """Drop the chunks' own windows of tables whose snapshot rows are stamped with the group's HW
+    (metadata columns, changelog 'r' rows): those chunks must be exact as of that HW, so they take
+    the group's window. The group's window holds every chunk's, so this is always correct."""
+    for w in run.work:
+        if w.windows and (w.metadata_columns or w.table in run.changelog):
+            w.windows = {}
+    own = [hw.pos - lw.pos for w in run.work for lw, hw in w.windows.values() if lw.file == hw.file]
+    if own:
+        log.info("group %s: %d of %d chunks bracketed by their own watermarks (median window: %d bytes of binlog)",
+                 run.key, sum(len(w.windows) for w in run.work), len(run.group.splits), sorted(own)[len(own) // 2])
+
+
 def _commit(sink: DeltaSink, run: GroupRun, low: BinlogOffset, high: BinlogOffset) -> dict[str, int]:
     """One Delta commit per table adopting its staged files (replacing an earlier attempt's);
     a re-snapshotted table's files wait for the table swap. Returns the versions committed."""
@@ -345,14 +366,16 @@ def _log_snapshot_rows(sink: DeltaSink, run: GroupRun, high: BinlogOffset, taken
 
 
 def _report(store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOffset, changes: int) -> GroupResult:
-    """Every chunk of the group reports the group's LW and HW; one group report in the state store."""
+    """Every chunk reports its own LW and HW where it has them, else the group's; one group report in
+    the state store."""
     secs = time.monotonic() - run.started
     gid = run.group.group_id
     chunks = []
     for w in run.work:
         for s in w.splits:
             f = w.files.get(s.split_id)
-            chunks.append(ChunkResult(w.table, s.split_id, gid, low, high, f.rows if f else 0, round(secs, 3)))
+            lw, hw = w.windows.get(s.split_id, (low, high))
+            chunks.append(ChunkResult(w.table, s.split_id, gid, lw, hw, f.rows if f else 0, round(secs, 3)))
     result = GroupResult(gid, low, high, chunks, sum(c.rows for c in chunks), secs, changes, run.read_seconds)
     staged = {w.table: _nonempty(w) for w in run.work if w.table in run.deferred}
     store.write_group_report(run.plan_id, GroupReport(gid, chunks, result.summary(), run.attempt, staged))

@@ -13,21 +13,84 @@ makes the server send every value in a form connectorx decodes exactly and
 Tables with a column it cannot read (GEOMETRY) and TLS connections use Spark JDBC (see
 :func:`native_reader_unavailable`). The files go wherever the sink is — a local directory or an
 object store (written from the task's Python through :class:`~airflow_provider_mysqlcdc.storage.LakeStorage`).
+
+Each chunk also gets its own watermarks here (docs/architecture.md, "The watermark bracket"): a
+consistent snapshot's offset just before its SELECT and the current offset once its rows are in
+memory. The group replays only those per-chunk windows onto the staged files, so a writer spread
+over the table no longer makes every staged file stale for the whole group's read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from airflow_provider_mysqlcdc.core import projection
 from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.core.throttle import pause_after_read
+from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, local_path
+
+
+class StagedChunk(NamedTuple):
+    """What one chunk read returns to the driver: its file, and the window its rows need replayed."""
+
+    index: int
+    path: str
+    rows: int
+    bytes: int
+    low_watermark: BinlogOffset | None = None  # None: the group's bracket applies (no own watermarks)
+    high_watermark: BinlogOffset | None = None
+
+
+class _Watermarks:
+    """One source session per Spark task, opened at the first chunk: each chunk's LW and HW.
+
+    LW is a consistent snapshot's offset (exact on MariaDB) taken before the chunk's SELECT starts,
+    so the SELECT's read view sees every transaction before it; HW is taken once the rows are in
+    memory, so every transaction the SELECT saw lies before it (docs/architecture.md)."""
+
+    def __init__(self, settings: ConnectionSettings) -> None:
+        self.settings = settings
+        self.conn: Any = None
+        self.info: source_server.ServerInfo | None = None
+
+    def _open(self) -> Any:
+        if self.conn is None:
+            self.conn = self.settings.connect()
+            self.info = source_server.server_info(self.conn)
+        return self.conn
+
+    def low(self) -> BinlogOffset:
+        conn = self._open()
+        offset = source_server.begin_consistent_snapshot(conn, self.info)
+        conn.commit()  # the snapshot only pins LW; the chunk is read by connectorx's own session
+        return offset
+
+    def high(self) -> BinlogOffset:
+        return source_server.current_offset(self._open(), self.info)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(Exception):
+                self.conn.close()
+
+
+@contextlib.contextmanager
+def _watermarks(settings: ConnectionSettings, wanted: bool) -> Iterator[_Watermarks | None]:
+    marks = _Watermarks(settings) if wanted else None
+    try:
+        yield marks
+    finally:
+        if marks is not None:
+            marks.close()
 
 
 def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema) -> str | None:
@@ -62,11 +125,13 @@ def stage_chunk(
     dictionary_columns: list[str],
     storage: LakeStorage = LOCAL,
     slot_rate: float | None = None,
-) -> tuple[int, str, int, int]:
+    marks: _Watermarks | None = None,
+) -> StagedChunk:
     """Read one chunk and write it as one Parquet file; runs in a Spark task (Python worker).
-    With ``slot_rate`` (rows/s) the task then waits until the chunk fits that rate (``core/throttle.py``).
+    With ``slot_rate`` (rows/s) the task then waits until the chunk fits that rate (``core/throttle.py``);
+    with ``marks`` the chunk's own LW and HW bracket its read.
 
-    Returns ``(index, path, rows, bytes)``. Errors come back as RuntimeError with the server's or
+    Errors come back as RuntimeError with the server's or
     the driver's message (connectorx reports a Rust panic as a BaseException; it is converted so
     Spark reports it as a task failure with that text).
     """
@@ -74,7 +139,9 @@ def stage_chunk(
 
     started = time.monotonic()
     try:
+        low = marks.low() if marks is not None else None
         raw = cx.read_sql(connection_uri(settings), chunk_query(schema, predicate), return_type="arrow")
+        high = marks.high() if marks is not None else None
     except Exception as exc:
         raise RuntimeError(f"reading {schema.table} failed: {exc}") from None
     except BaseException as exc:  # pyo3's PanicException derives from BaseException
@@ -85,7 +152,7 @@ def stage_chunk(
     path = f"{local_path(staging_dir).rstrip('/')}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
     size = storage.write_parquet(table, path, use_dictionary=dictionary_columns or False)
     time.sleep(pause_after_read(table.num_rows, time.monotonic() - started, slot_rate))
-    return index, path, table.num_rows, size
+    return StagedChunk(index, path, table.num_rows, size, low, high)
 
 
 def stage_chunks(
@@ -96,15 +163,18 @@ def stage_chunks(
     staging_dir: str,
     storage: LakeStorage = LOCAL,
     slot_rate: float | None = None,
-) -> list[tuple[int, str, int, int]]:
+    chunk_watermarks: bool = True,
+) -> list[StagedChunk]:
     """One Spark task per chunk; returns what :func:`stage_chunk` returned, in chunk order."""
     dictionary = cdc_types.dictionary_columns(schema)
     tasks = list(enumerate(predicates))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-    out = rdd.map(
-        lambda t: stage_chunk(settings, schema, t[0], t[1], staging_dir, dictionary, storage, slot_rate)
-    ).collect()
-    return sorted(out)
+
+    def read(task: tuple[int, str]) -> StagedChunk:
+        with _watermarks(settings, chunk_watermarks) as marks:
+            return stage_chunk(settings, schema, task[0], task[1], staging_dir, dictionary, storage, slot_rate, marks)
+
+    return sorted(rdd.map(read).collect())
 
 
 def stage_small_chunks(
@@ -113,7 +183,8 @@ def stage_small_chunks(
     items: list[tuple[TableSchema, str, str]],
     storage: LakeStorage = LOCAL,
     slot_rate: float | None = None,
-) -> list[tuple[int, str, int, int]]:
+    chunk_watermarks: bool = True,
+) -> list[StagedChunk]:
     """Many small tables' chunks — ``(schema, predicate, staging dir)``, one chunk each — read by ONE
     Spark job whose tasks read several chunks each; returns :func:`stage_chunk`'s result per item,
     in order (index = the item's position).
@@ -128,14 +199,10 @@ def stage_small_chunks(
     per_task = -(-len(items) // tasks)
     packed = [list(range(i, min(i + per_task, len(items)))) for i in range(0, len(items), per_task)]
 
-    def read(positions: list[int]) -> list[tuple[int, str, int, int]]:
-        out = []
-        for pos in positions:
-            schema, predicate, staging_dir = items[pos]
-            _, path, rows, size = stage_chunk(settings, schema, pos, predicate, staging_dir, dictionaries[pos],
-                                              storage, slot_rate)  # fmt: skip
-            out.append((pos, path, rows, size))
-        return out
+    def read(positions: list[int]) -> list[StagedChunk]:
+        with _watermarks(settings, chunk_watermarks) as marks:
+            return [stage_chunk(settings, items[pos][0], pos, items[pos][1], items[pos][2], dictionaries[pos],
+                                storage, slot_rate, marks) for pos in positions]  # fmt: skip
 
     return sorted(spark.sparkContext.parallelize(packed, len(packed)).flatMap(read).collect())
 

@@ -10,6 +10,7 @@ JDBC. The staged files sit in the table's directory, invisible until the group c
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -25,6 +26,7 @@ import pyarrow.parquet as pq
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.chunk import ChunkLocator, SnapshotChunk, fill_gaps
 from airflow_provider_mysqlcdc.core.keys import Collation, KeyColumn
+from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.predicate import quote_ident, split_condition, sql_literal
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
@@ -36,6 +38,7 @@ from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.jdbc_staging import jdbc_frame, remove_unlisted, stage_with_jdbc
 from airflow_provider_mysqlcdc.snapshot.native_reader import (
+    StagedChunk,
     native_reader_unavailable,
     stage_chunks,
     stage_small_chunks,
@@ -85,6 +88,9 @@ class TableWork:
     storage: LakeStorage = LOCAL  # how to reach ``staging`` (the sink's object store)
     row_filter: str | None = None  # snapshot_filters: read only the rows this SQL condition selects
     metadata_columns: bool = False  # the lake rows carry _op, _commit_ts, _binlog_file, _binlog_pos
+    # split_id -> the chunk's own (LW, HW) where its reader took them (native reader); the other
+    # chunks take the group's bracket (docs/architecture.md, "The watermark bracket")
+    windows: dict[int, tuple[BinlogOffset, BinlogOffset]] = field(default_factory=dict)
 
     @property
     def lake_schema(self) -> pa.Schema:
@@ -151,6 +157,7 @@ def stage_group(
     fetch_size: int,
     hooks: SnapshotTestHooks,
     max_rows_per_second: float | None = None,
+    chunk_watermarks: bool = True,
 ) -> int:
     """Stage every chunk of ``work`` (``w.files`` of each table is set); returns the rows staged.
 
@@ -158,6 +165,7 @@ def stage_group(
     leave cores idle between one-chunk jobs. The driver is idle meanwhile, so it loads the Arrow
     and Parquet machinery the window replay needs now rather than after the high watermark.
     ``max_rows_per_second`` is this group's share of the snapshot's throttle (``core/throttle.py``).
+    With ``chunk_watermarks`` the native reader brackets each chunk with its own LW and HW (``w.windows``).
     """
     url = mysql_jdbc.jdbc_url(settings)
     props = {**mysql_jdbc.jdbc_properties(settings), "fetchsize": str(fetch_size)}
@@ -170,13 +178,13 @@ def stage_group(
     small = _small_tables(settings, work, reader, hooks)
     with _in_background(_warm_rewrite_path, [w.arrow_schema for w in work]):
         with ThreadPoolExecutor(max_workers=max(1, len(work) - len(small) + 1)) as pool:
-            futures = [
-                pool.submit(_stage_table, spark, settings, url, props, w, collations, reader, hooks, slot_rate)
-                for w in work
-                if w not in small
-            ]
+            stage_one = functools.partial(_stage_table, spark, settings, url, props, collations=collations,
+                                          reader=reader, hooks=hooks, slot_rate=slot_rate,
+                                          chunk_watermarks=chunk_watermarks)  # fmt: skip
+            futures = [pool.submit(stage_one, w) for w in work if w not in small]
             if small:
-                futures.append(pool.submit(_stage_small_tables, spark, settings, small, collations, hooks, slot_rate))
+                futures.append(pool.submit(_stage_small_tables, spark, settings, small, collations, hooks, slot_rate,
+                                           chunk_watermarks))  # fmt: skip
             for fut in futures:
                 fut.result()
     return sum(w.rows for w in work)
@@ -199,6 +207,7 @@ def _stage_small_tables(
     collations: dict[str, Collation],
     hooks: SnapshotTestHooks,
     slot_rate: float | None,
+    chunk_watermarks: bool,
 ) -> None:
     """Stage one-chunk tables in one Spark job (``native_reader.stage_small_chunks``)."""
     items = []
@@ -208,13 +217,12 @@ def _stage_small_tables(
     log.info("reading %d one-chunk tables in one Spark job with the native reader", len(small))
     try:
         with _in_background(hooks.during_read):
-            staged = stage_small_chunks(spark, settings, items, small[0].storage, slot_rate)
+            staged = stage_small_chunks(spark, settings, items, small[0].storage, slot_rate, chunk_watermarks)
     except Exception as exc:
         raise SnapshotError(_explain_read_error(", ".join(w.table for w in small), exc)) from exc
-    for w, (_, path, rows, size) in zip(small, staged, strict=True):
-        sid = w.splits[0].split_id
-        w.files = {sid: StagedFile(path, rows, size, [sid])}
-        remove_unlisted(w.staging, {path}, w.storage)
+    for w, chunk in zip(small, staged, strict=True):
+        w.files, w.windows = _adopt([(w.splits[0].split_id, chunk)])
+        remove_unlisted(w.staging, {chunk.path}, w.storage)
 
 
 @contextlib.contextmanager
@@ -238,6 +246,7 @@ def _stage_table(
     reader: str,
     hooks: SnapshotTestHooks,
     slot_rate: float | None = None,
+    chunk_watermarks: bool = True,
 ) -> None:
     """Read the table's chunks of this group into Parquet, one Spark task per chunk."""
     predicates = _stalled([split_condition(s, collations) for s in w.splits], w, collations, hooks)
@@ -259,7 +268,7 @@ def _stage_table(
         with _in_background(hooks.during_read):
             if native:
                 filtered = [f"{p} AND ({w.row_filter})" for p in predicates] if w.row_filter else predicates
-                w.files = _stage_natively(spark, settings, w, filtered, slot_rate)
+                _stage_natively(spark, settings, w, filtered, slot_rate, chunk_watermarks)
             else:
                 w.files = stage_with_jdbc(spark, url, props, w, predicates, slot_rate)
     except Exception as exc:
@@ -296,15 +305,28 @@ def _progress_logger(spark: Any, label: str, total: int, stop: threading.Event) 
 
 
 def _stage_natively(
-    spark: Any, settings: ConnectionSettings, w: TableWork, predicates: list[str], slot_rate: float | None
-) -> dict[int, StagedFile]:
-    files = {}
-    staged = stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage, slot_rate)
-    for index, path, rows, size in staged:
-        sid = w.splits[index].split_id
-        files[sid] = StagedFile(path, rows, size, [sid])
-    remove_unlisted(w.staging, {f.path for f in files.values()}, w.storage)
-    return files
+    spark: Any,
+    settings: ConnectionSettings,
+    w: TableWork,
+    predicates: list[str],
+    slot_rate: float | None,
+    chunk_watermarks: bool,
+) -> None:
+    staged = stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage, slot_rate, chunk_watermarks)
+    w.files, w.windows = _adopt([(w.splits[c.index].split_id, c) for c in staged])
+    remove_unlisted(w.staging, {f.path for f in w.files.values()}, w.storage)
+
+
+def _adopt(
+    staged: list[tuple[int, StagedChunk]],
+) -> tuple[dict[int, StagedFile], dict[int, tuple[BinlogOffset, BinlogOffset]]]:
+    """The staged file of each chunk (by split id), and the chunks' own windows where they have one."""
+    files, windows = {}, {}
+    for sid, chunk in staged:
+        files[sid] = StagedFile(chunk.path, chunk.rows, chunk.bytes, [sid])
+        if chunk.low_watermark is not None and chunk.high_watermark is not None:
+            windows[sid] = (chunk.low_watermark, chunk.high_watermark)
+    return files, windows
 
 
 def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:

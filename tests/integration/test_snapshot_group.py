@@ -124,177 +124,64 @@ def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_
     group1_at_hw = _chunk_rows_now(mariadb, plan, 1)
 
     fired: list[str] = []
+    marks: dict[str, Any] = {}
 
     def dml() -> None:
         if point == "during_read":
-            time.sleep(1.0)  # the SELECT of chunk 0 is now stalled at id 250
+            time.sleep(0.5)  # the SELECT of chunk 0 is now stalled at id 250 (for long enough under load)
+        marks["before"], marks["rows_before"] = _offset_now(cdc_settings), _chunk_rows_now(mariadb, plan, 0)
         _dml_everything(mariadb, table, rotate=True)
+        marks["after"] = _offset_now(cdc_settings)
         fired.append(point)
 
     hooks = SnapshotTestHooks(**{point: dml})
     if point == "during_read":
-        hooks.stall_reads_at = {table: ((250,), 3.0)}
+        hooks.stall_reads_at = {table: ((250,), 5.0)}
     result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, opts, test_hooks=hooks)
     assert fired == [point]
     assert result.window_changes > 0
-    group0_at_hw = _chunk_rows_now(mariadb, plan, 0)
-
-    _assert_group_matches(sink, plan, table, 0, group0_at_hw)
-    _assert_group_matches(sink, plan, table, 1, group1_at_hw)
-    # chunk results recorded with the group's watermarks
+    group0_after_dml = _chunk_rows_now(mariadb, plan, 0)
     recs = store.read_all_results("p1")
     assert sorted((r.table, r.split_id) for r in recs) == [(table, i) for i in range(6)]
-    assert {r.high_watermark for r in recs if r.group_id == 0} == {result.high_watermark}
-    assert all(r.low_watermark < result.high_watermark for r in recs if r.group_id == 0)
-    for r in recs:
-        if r.group_id == 0:
-            assert r.rows == len(group0_at_hw[r.split_id])
+    own = {r.split_id: r for r in recs if r.group_id == 0}
+
+    # Every chunk equals the source as of its own HW: before the DML when its HW precedes it, after
+    # it when its HW follows it (with the native reader each chunk has its own watermarks; with
+    # JDBC every chunk has the group's).
+    group0_at_hw = {}
+    for sid, r in own.items():
+        assert result.low_watermark <= r.low_watermark <= r.high_watermark <= result.high_watermark
+        if r.high_watermark <= marks["before"]:
+            group0_at_hw[sid] = marks["rows_before"][sid]
+        else:
+            assert r.high_watermark >= marks["after"], f"chunk {sid}'s HW fell inside the test's DML"
+            group0_at_hw[sid] = group0_after_dml[sid]
+        assert r.rows == len(group0_at_hw[sid])
+    if reader == "jdbc":
+        assert {r.high_watermark for r in own.values()} == {result.high_watermark}
+    elif point == "before_high_watermark":  # every chunk was read before the DML: the stream's to apply
+        assert all(r.high_watermark <= marks["before"] for r in own.values())
+    elif point == "during_read":  # chunk 0's own window holds the DML: replayed onto its rows
+        assert own[0].low_watermark <= marks["before"] and own[0].high_watermark >= marks["after"]
+    _assert_group_matches(sink, plan, table, 0, group0_at_hw)
+    _assert_group_matches(sink, plan, table, 1, group1_at_hw)
 
 
-def test_window_spans_rotation_and_many_files(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    table = _make_table(mariadb, db)
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    plan = _plan(cdc_settings, store, table)
+def _offset_now(settings: ConnectionSettings) -> Any:
+    from airflow_provider_mysqlcdc.mysql.server import current_offset
 
-    def rotate_and_write() -> None:
-        for i in range(6):
-            mariadb.flush_binary_logs()
-            mariadb.execute(f"UPDATE {table} SET v = v + 1 WHERE id BETWEEN {i * 200 + 1} AND {i * 200 + 50}")
-        mariadb.flush_binary_logs()
-
-    result = run_snapshot_group(
-        spark, cdc_settings, store, "p1", 0, sink, test_hooks=SnapshotTestHooks(after_low_watermark=rotate_and_write)
-    )
-    assert result.high_watermark.file_number >= result.low_watermark.file_number + 7
-    assert result.window_changes == 6 * 50
-    _assert_group_matches(sink, plan, table, 0, _chunk_rows_now(mariadb, plan, 0))
+    with settings.connect() as conn:
+        return current_offset(conn)
 
 
-def test_skip_backfill_reports_low_watermark(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    table = _make_table(mariadb, db)
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    _plan(cdc_settings, store, table)
-    hooks = SnapshotTestHooks(before_high_watermark=lambda: mariadb.execute(f"DELETE FROM {table} WHERE id = 10"))
-    res = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(skip_backfill=True), hooks)
-    assert res.high_watermark == res.low_watermark
-    assert res.window_changes == 0
-
-
-def test_rerun_of_a_committed_group_leaves_no_duplicates(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    table = _make_table(mariadb, db)
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    plan = _plan(cdc_settings, store, table)
-    for g in (0, 1, 0, 1):
-        run_snapshot_group(spark, cdc_settings, store, "p1", g, sink)
-    mariadb.execute(f"UPDATE {table} SET v = 7 WHERE id = 5")
-    run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)  # a retry sees newer data: replaces it
-    assert _delta_rows(sink, table) == _source_rows(mariadb, table)
-    assert len(plan.splits) == 6
-
-
-def test_unreachable_server_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    table = _make_table(mariadb, db)
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    _plan(cdc_settings, store, table)
-    from tests.support.mariadb import free_port
-
-    bad = ConnectionSettings(**{**cdc_settings.__dict__, "port": free_port()})
-    with pytest.raises(SnapshotError, match="cannot connect"):
-        run_snapshot_group(spark, bad, store, "p1", 0, sink)
-    assert not sink.exists(table) or sink.read(table).num_rows == 0
-    assert store.read_group_report("p1", 0) is None
-
-
-def test_missing_table_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    table = _make_table(mariadb, db)
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    _plan(cdc_settings, store, table)
-    mariadb.execute(f"DROP TABLE {table}")
-    with pytest.raises(SnapshotError, match="does not exist"):
-        run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
-    assert sink.read(table).num_rows == 0
-    assert store.read_group_report("p1", 0) is None
-
-
-def test_revoked_replication_privilege_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    table = _make_table(mariadb, db)
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    _plan(cdc_settings, store, table)
-    user = f"norepl_{db[-6:]}"
-    mariadb.execute(
-        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'",
-        f"GRANT SELECT, REPLICATION CLIENT ON *.* TO '{user}'@'%'",
-    )
-    try:
-        settings = ConnectionSettings(**{**cdc_settings.__dict__, "user": user, "password": "pw"})
-        hooks = SnapshotTestHooks(after_low_watermark=lambda: mariadb.execute(f"UPDATE {table} SET v = 0 WHERE id = 3"))
-        with pytest.raises(SnapshotError, match="REPLICATION SLAVE"):
-            run_snapshot_group(spark, settings, store, "p1", 0, sink, test_hooks=hooks)
-    finally:
-        mariadb.execute(f"DROP USER '{user}'@'%'")
-    assert sink.read(table).num_rows == 0
-    assert store.read_group_report("p1", 0) is None
-
-
-WIDE = """CREATE TABLE {t} (
-    id BIGINT UNSIGNED NOT NULL PRIMARY KEY, i8 TINYINT, u8 TINYINT UNSIGNED, d DECIMAL(20,6), f DOUBLE,
-    dt DATETIME(6), ts TIMESTAMP(3) NULL, dd DATE, tm TIME(2), y YEAR, s VARCHAR(30) CHARACTER SET utf8mb4,
-    c CHAR(4), b VARBINARY(8), bn BINARY(3), j JSON, e ENUM('x','y'), st SET('a','b'), bt BIT(5), b1 BIT(1)
-)"""
-
-
-def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Rows added/changed in the window take the binlog path into the same files as the JDBC rows."""
-    from tests.support.verify import compare
-
-    t = f"`{db}`.wide"
-    mariadb.execute(
-        WIDE.format(t=t),
-        f"""INSERT INTO {t} VALUES
-          (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
-           '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{{"k": [1, "ü"]}}', 'y', 'a,b', b'10101', b'1'),
-          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
-          (18446744073709551615, 127, 0, -0.000001, -2.25e10, '1970-01-01 00:00:00', NULL, '1000-01-01',
-           '838:59:59', 1901, '', '', X'', X'', '[]', 'x', '', b'0', b'0')""",
-    )
-    store = StateStore(str(tmp_path / "state"), "pipe")
-    sink = DeltaSink(str(tmp_path / "lake"))
-    with cdc_settings.connect() as conn:
-        plan = plan_snapshot(conn, [f"{db}.wide"], 2, 64)
-    store.write_plan("p1", plan.to_dict())
-
-    def changes() -> None:
-        mariadb.execute(
-            "SET time_zone = '+05:00'",
-            f"""INSERT INTO {t} VALUES (3, 1, 2, 3.5, 0.25, '2025-05-05 05:05:05.5', '2025-05-05 05:05:05.123',
-              '2025-05-05',
-              '100:00:00.01', 2155, 'neu', 'x', X'ab', X'ff', '{{"a": null}}', 'x', 'b', b'11111', b'1')""",
-            f"UPDATE {t} SET i8 = 7, s = NULL, st = '', j = '{{}}', bn = X'61' WHERE id = 1",
-            f"UPDATE {t} SET d = 1.5, tm = '-00:00:01', ts = '2030-01-01 00:00:00' WHERE id = 2",
-            f"DELETE FROM {t} WHERE id = 18446744073709551615",
-            f"INSERT INTO {t} (id) VALUES (18446744073709551614)",
-        )
-
-    res = run_snapshot_group(
-        spark, cdc_settings, store, "p1", 0, sink, test_hooks=SnapshotTestHooks(before_high_watermark=changes)
-    )
-    assert res.window_changes == 5
-    with cdc_settings.connect() as conn:
-        cmp = compare(conn, plan.tables[f"{db}.wide"], sink.read(f"{db}.wide"))
-    assert cmp.match, cmp.first_difference
-    assert cmp.source_rows == 4
-
-
-@pytest.mark.parametrize("point", ["after_low_watermark", "before_high_watermark"])
-def test_case_insensitive_string_keys(point: str, mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A key whose case changes in the window is one row under utf8mb4_general_ci, never two."""
+@pytest.mark.parametrize(
+    ("point", "reader"),
+    [("after_low_watermark", "native"), ("during_read", "native"), ("before_high_watermark", "jdbc")],
+)
+def test_case_insensitive_string_keys(point: str, reader: str, mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A key whose case changes in the window is one row under utf8mb4_general_ci, never two: in the
+    group's window (JDBC) and in a chunk's own window (native, the DML while the chunk's SELECT runs;
+    the DML touches that chunk's keys only, so the snapshot alone equals the source)."""
     from tests.support.verify import compare
 
     t = f"`{db}`.ci"
@@ -311,18 +198,25 @@ def test_case_insensitive_string_keys(point: str, mariadb, db, cdc_settings, spa
     assert len(plan.groups) >= 2
 
     def changes() -> None:
+        if point == "during_read":
+            time.sleep(1.0)  # chunk 0's SELECT is stalled at k0045
         mariadb.execute(
             f"UPDATE {t} SET k = 'K0001', v = -1 WHERE k = 'k0001'",  # case-only key change
             f"UPDATE {t} SET k = 'k0003 ' WHERE k = 'k0003'",  # trailing space: same key under PAD SPACE
             f"UPDATE {t} SET k = 'k0002' WHERE k = 'K0002'",
             f"UPDATE {t} SET k = 'K0002', v = 5 WHERE k = 'k0002'",  # back again, last image wins
             f"INSERT INTO {t} VALUES ('é-new', 1), ('A-first', 2)",
-            f"DELETE FROM {t} WHERE k = 'K0100'",
+            f"DELETE FROM {t} WHERE k = " + ("'K0040'" if point == "during_read" else "'K0100'"),
         )
 
     for g in plan.groups:
         hooks = SnapshotTestHooks(**{point: changes}) if g.group_id == 0 else None
-        run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink, test_hooks=hooks)
+        if hooks is not None and point == "during_read":
+            hooks.stall_reads_at = {f"{db}.ci": (("k0045",), 3.0)}
+        result = run_snapshot_group(spark, cdc_settings, store, "p1", g.group_id, sink, SnapshotOptions(reader=reader),
+                                    test_hooks=hooks)  # fmt: skip
+        if hooks is not None and point != "after_low_watermark":
+            assert result.window_changes > 0
     with cdc_settings.connect() as conn:
         cmp = compare(conn, plan.tables[f"{db}.ci"], sink.read(f"{db}.ci"))
     assert cmp.match, cmp.first_difference

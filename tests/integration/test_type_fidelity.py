@@ -512,7 +512,8 @@ def native_read(settings: ConnectionSettings, schema: TableSchema, dest: str) ->
     """The snapshot's native reader exactly as a Spark task runs it: one chunk -> Parquet -> Arrow."""
     from airflow_provider_mysqlcdc.snapshot.native_reader import stage_chunk
 
-    _, path, rows, _ = stage_chunk(settings, schema, 0, "1 = 1", dest, cdc_types.dictionary_columns(schema))
+    staged = stage_chunk(settings, schema, 0, "1 = 1", dest, cdc_types.dictionary_columns(schema))
+    path, rows = staged.path, staged.rows
     table = pq.read_table(path).sort_by("id")
     assert table.num_rows == rows
     return table
