@@ -75,3 +75,17 @@ class RowChange:
             raise KeyError(
                 f"key column {exc.args[0]!r} is not in the row image of {self.table} (columns: {sorted(img)})"
             ) from None
+
+    def halves(self, delete_half: bool, upsert_half: bool) -> RowChange | None:
+        """An update reduced to the halves that pass, each judged by its own key's chunk: the update
+        itself, its delete-half (a delete of the before image), its upsert-half (the update without
+        its before image, so nothing is deleted), or None. Halves keep the change's binlog place."""
+        if delete_half and upsert_half:
+            return self
+        if delete_half:
+            return RowChange(DELETE, self.table, self.before, None, self.tx_offset, self.event_pos, self.row_index,
+                             self.commit_ts)  # fmt: skip
+        if upsert_half:
+            return RowChange(UPDATE, self.table, None, self.after, self.tx_offset, self.event_pos, self.row_index,
+                             self.commit_ts)  # fmt: skip
+        return None

@@ -66,14 +66,7 @@ class ChunkWindows:
             raise ValueError(f"unknown row change op {op!r} (expected 'c', 'u', 'd' or 's')")
         del_ok = self._inside([before[c] for c in key_columns], p)  # type: ignore[index]
         ups_ok = self._inside([after[c] for c in key_columns], p)  # type: ignore[index]
-        if del_ok and ups_ok:
-            return change
-        c = change
-        if del_ok:
-            return RowChange(DELETE, c.table, c.before, None, c.tx_offset, c.event_pos, c.row_index, c.commit_ts)
-        if ups_ok:
-            return RowChange(UPDATE, c.table, None, c.after, c.tx_offset, c.event_pos, c.row_index, c.commit_ts)
-        return None
+        return change.halves(del_ok, ups_ok)
 
 
 __all__ = ["ChunkWindows"]

@@ -150,11 +150,4 @@ def admit(
     after = change.after
     del_ok = p >= hw_keys[index_of([before[c] for c in key_columns])]  # type: ignore[index]
     ups_ok = p >= hw_keys[index_of([after[c] for c in key_columns])]  # type: ignore[index]
-    if del_ok and ups_ok:
-        return change
-    c = change
-    if del_ok:
-        return RowChange(DELETE, c.table, c.before, None, c.tx_offset, c.event_pos, c.row_index, c.commit_ts)
-    if ups_ok:
-        return RowChange(UPDATE, c.table, None, c.after, c.tx_offset, c.event_pos, c.row_index, c.commit_ts)
-    return None
+    return change.halves(del_ok, ups_ok)
