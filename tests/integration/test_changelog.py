@@ -105,6 +105,12 @@ def _image(row: dict[str, Any] | None, table: str) -> tuple[Any, ...] | None:
     return (*(row[c] for c in KEYS[table]), row["v"])
 
 
+def _last_commit(tmp_path: Path) -> int:
+    """The last micro-batch Spark marked committed in the stream's checkpoint (-1: none yet)."""
+    dirs = [p for p in (tmp_path / "state").rglob("commits") if p.is_dir()]
+    return max((int(p.name) for d in dirs for p in d.iterdir() if p.name.isdigit()), default=-1)
+
+
 def _launch_stream(settings: Any, tmp_path: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, MYSQLCDC_SOURCE=json.dumps(settings.to_dict()), PYSPARK_PYTHON=sys.executable)
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
@@ -152,15 +158,23 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
         os.killpg(proc.pid, signal.SIGKILL)  # mid-batch: Delta commits may be ahead of the checkpoint
         proc.wait()
         time.sleep(2)  # the writer goes on while the stream is down
+        in_flight = (store.read_json("stream/status.json") or {}).get("batch_id", -1)  # in Delta, maybe not committed
         stream = StreamThread(spark, cdc_settings, store, sink, "clog-restart").start_running()
-        time.sleep(3)
+        # let the restarted stream pass the batch the kill interrupted (on a slow machine it may not have
+        # started a batch in a fixed few seconds; stopped before it, Delta would be a batch ahead of
+        # Spark's commits and the replay below would not be the one this test makes)
+        deadline = time.monotonic() + 240
+        while _last_commit(tmp_path) < in_flight:
+            assert stream.error is None and stream.is_alive(), stream.error
+            assert time.monotonic() < deadline, f"the restarted stream never committed batch {in_flight}"
+            time.sleep(0.2)
         # A crash right after a batch's Delta commits and before Spark marks it committed, made
         # certain: stop at a batch boundary and drop the last commit marker, so the batch runs again.
         request_stop(store, timeout=120)
         stream.stop_event.set()
         stream.join(timeout=120)
         commits = next(p for p in (tmp_path / "state").rglob("commits") if p.is_dir())
-        last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+        last = _last_commit(tmp_path)
         app_id = manifest.app_id("clog")
         logged = [DeltaTable(changelog_uri(sink, t)).transaction_version(app_id) for t in tables]
         # batch `last` is in a changelog already, and none is ahead of it (a table the writer has not
