@@ -525,16 +525,38 @@ class DeltaPoller(threading.Thread):
         self.dt = DeltaTable(uri)
         self.seen: dict[int, float] = {self.dt.version(): time.time()}
         self.stop_event = threading.Event()
+        self.errors: list[str] = []
 
     def run(self) -> None:
         while not self.stop_event.is_set():
             t = time.time()
-            self.dt.update_incremental()
+            try:
+                self.dt.update_incremental()
+            except Exception as exc:  # a log entry being written, say: read it again next poll
+                self.errors.append(repr(exc)[:300])
+                self.stop_event.wait(POLL_SECONDS)
+                continue
             v = self.dt.version()
             seen_at = time.time()  # a version found now was visible by now (not before it was committed)
             for missing in range(max(self.seen) + 1, v + 1):
                 self.seen.setdefault(missing, seen_at)
             self.stop_event.wait(max(0.0, POLL_SECONDS - (time.time() - t)))
+
+
+def rewritten_per_version(uri: str, after: int, upto: int) -> list[tuple[int, int]]:
+    """(bytes, rows) of the data files each table version in ``(after, upto]`` added: what a batch
+    wrote, i.e. rewrote of the table (a copy-on-write MERGE rewrites every file it touches)."""
+    out = []
+    for v in range(after + 1, upto + 1):
+        nbytes = nrows = 0
+        with open(os.path.join(uri, "_delta_log", f"{v:020d}.json")) as f:
+            for line in f:
+                add = json.loads(line).get("add")
+                if add:
+                    nbytes += int(add.get("size") or 0)
+                    nrows += int(json.loads(add.get("stats") or "{}").get("numRecords") or 0)
+        out.append((nbytes, nrows))
+    return out
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -597,8 +619,14 @@ def lag_run(
     missing = len(writer.committed) - len(lags)
     if missing:
         log.warning("lag: %d of %d changes never became visible", missing, len(writer.committed))
+    if poller.errors:
+        log.warning("lag: %d Delta log reads failed and were retried, the first: %s", len(poller.errors),
+                    poller.errors[0])  # fmt: skip
     status_lags = [b["status_lag_s"] for b in timings.of(name) if b["status_lag_s"] is not None]
     batches = timings.of(name)
+    written = [w for w in rewritten_per_version(uri, v0, max(poller.seen)) if w[1]]
+    by_time = sorted((c, visible[s] - c) for s, c in writer.committed.items() if s in visible)
+    third = max(1, len(by_time) // 3)
     out = {
         "lag_changes": len(writer.committed),
         "lag_write_rate": round(len(writer.committed) / write_secs, 1),
@@ -617,6 +645,15 @@ def lag_run(
         "lag_batch_merge_s_mean": round(statistics.mean(b["merge_s"] for b in batches), 3) if batches else None,
         "lag_batch_apply_s_mean": round(statistics.mean(b["apply_s"] for b in batches), 3) if batches else None,
         "lag_delta_versions": len([v for v in poller.seen if v > v0]),
+        # rows and bytes each batch wrote to the table (its rewrite), against the rows it changed
+        "lag_bytes_rewritten_per_batch": round(statistics.median(b for b, _ in written)) if written else 0,
+        "lag_rows_rewritten_per_batch": round(statistics.median(r for _, r in written)) if written else 0,
+        "lag_rows_rewritten_per_changed_row": round(statistics.median(r for _, r in written)
+                                                    / max(1.0, statistics.median(b["rows"] for b in batches)), 1)
+        if written and batches else None,
+        # growth: the lag of the first and the last third of the changes
+        "lag_p99_first_third_s": round(_pct([lag for _, lag in by_time[:third]], 0.99), 3) if by_time else None,
+        "lag_p99_last_third_s": round(_pct([lag for _, lag in by_time[-third:]], 0.99), 3) if by_time else None,
         "lag_trigger_seconds": trigger,
         "lag_rows_per_tx": rows_per_tx,
         "lag_sink_matches_source": check_sink(server, sink),
@@ -640,6 +677,9 @@ def main() -> int:
     p.add_argument("--lag-trigger", type=float, default=StreamOptions().trigger_seconds,
                    help="trigger interval of the lag streams (default: the product's default)")
     p.add_argument("--only-lag", action="store_true", help="skip the throughput runs (lag scenarios only)")
+    p.add_argument("--big-table", action="store_true",
+                   help="the big-table scenario only (issue 16 item 2): --rows 20,000,000 unless given, 125,000-row "
+                        "chunks, --lag-rate rows/s for 600 s unless --lag-seconds is given; big_table_* figures")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-layer single-core breakdown")
     p.add_argument("--max-events-per-trigger", type=int, default=StreamOptions().max_events_per_trigger)
     p.add_argument("--repeats", type=int, default=2, help="throughput runs of each kind; the best is reported")
@@ -649,6 +689,11 @@ def main() -> int:
     p.add_argument("--huge-tx-rounds", type=int, default=3, help="interleaved rounds of the huge-transaction scenario")
     p.add_argument("--only-huge-tx", action="store_true", help="run the huge-transaction scenario only")
     args = p.parse_args()
+    if args.big_table:  # one long lag run into a big table: nothing else
+        args.rows = args.rows or 20_000_000
+        args.only_lag, args.huge_tx_rows, args.lag_rate_high, args.no_breakdown = True, 0, 0.0, True
+        args.chunk_size = 125_000 if args.chunk_size == 50_000 else args.chunk_size
+        args.lag_seconds = 600.0 if args.lag_seconds == 30.0 else args.lag_seconds
     rows = args.rows or args.events
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("airflow_provider_mysqlcdc.sinks.delta_merge", "airflow_provider_mysqlcdc.stream.applier",
@@ -747,6 +792,16 @@ def main() -> int:
         if args.lag_rate_high:
             lag_high = lag_run(spark, server, settings, work, base, f"{work}/lake-lag", rows, args.lag_rate_high,
                                args.lag_seconds, timings, cap, args.lag_trigger, args.lag_high_tx_rows, "lag5k")
+        if args.big_table:
+            print(json.dumps({"big_table_rows": rows, "big_table_lag_p50_s": lag["lag_p50_s"],
+                              "big_table_lag_p99_s": lag["lag_p99_s"],
+                              "big_table_bytes_rewritten_per_batch": lag["lag_bytes_rewritten_per_batch"],
+                              "big_table_rows_rewritten_per_batch": lag["lag_rows_rewritten_per_batch"],
+                              "big_table_rows_rewritten_per_changed_row": lag["lag_rows_rewritten_per_changed_row"],
+                              "lag": lag, "sink_matches_source": lag["lag_sink_matches_source"],
+                              "total_seconds": round(time.monotonic() - t_begin, 1),
+                              "load_average_1m": round(os.getloadavg()[0], 2)}))  # fmt: skip
+            return 0
         if args.only_lag:
             print(json.dumps({"lag_p50_s": lag["lag_p50_s"], "lag_p99_s": lag["lag_p99_s"],
                               "lag_p99_s_5k": lag_high.get("lag_p99_s"), "lag": lag, "lag_5k": lag_high,
