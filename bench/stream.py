@@ -560,8 +560,9 @@ def rewritten_per_version(uri: str, after: int, upto: int) -> list[tuple[int, in
 
 
 def _pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank); NaN for no values (a run that saw nothing is still reported)."""
     s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))] if s else float("nan")
 
 
 def lag_run(
@@ -634,7 +635,7 @@ def lag_run(
         "lag_p50_s": round(_pct(lags, 0.50), 3),
         "lag_p90_s": round(_pct(lags, 0.90), 3),
         "lag_p99_s": round(_pct(lags, 0.99), 3),
-        "lag_max_s": round(max(lags), 3),
+        "lag_max_s": round(max(lags), 3) if lags else None,
         "lag_commit_p50_s": round(_pct(commit_lags, 0.50), 3),
         "lag_commit_p99_s": round(_pct(commit_lags, 0.99), 3),
         "lag_status_p50_s": round(_pct(status_lags, 0.50), 3) if status_lags else None,
