@@ -174,6 +174,147 @@ def _offset_now(settings: ConnectionSettings) -> Any:
         return current_offset(conn)
 
 
+def test_window_spans_rotation_and_many_files(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    plan = _plan(cdc_settings, store, table)
+
+    def rotate_and_write() -> None:
+        for i in range(6):
+            mariadb.flush_binary_logs()
+            mariadb.execute(f"UPDATE {table} SET v = v + 1 WHERE id BETWEEN {i * 200 + 1} AND {i * 200 + 50}")
+        mariadb.flush_binary_logs()
+
+    result = run_snapshot_group(
+        spark, cdc_settings, store, "p1", 0, sink, test_hooks=SnapshotTestHooks(after_low_watermark=rotate_and_write)
+    )
+    assert result.high_watermark.file_number >= result.low_watermark.file_number + 7
+    assert result.window_changes == 6 * 50
+    _assert_group_matches(sink, plan, table, 0, _chunk_rows_now(mariadb, plan, 0))
+
+
+def test_skip_backfill_reports_low_watermark(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    hooks = SnapshotTestHooks(before_high_watermark=lambda: mariadb.execute(f"DELETE FROM {table} WHERE id = 10"))
+    res = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(skip_backfill=True), hooks)
+    assert res.high_watermark == res.low_watermark
+    assert res.window_changes == 0
+
+
+def test_rerun_of_a_committed_group_leaves_no_duplicates(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    plan = _plan(cdc_settings, store, table)
+    for g in (0, 1, 0, 1):
+        run_snapshot_group(spark, cdc_settings, store, "p1", g, sink)
+    mariadb.execute(f"UPDATE {table} SET v = 7 WHERE id = 5")
+    run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)  # a retry sees newer data: replaces it
+    assert _delta_rows(sink, table) == _source_rows(mariadb, table)
+    assert len(plan.splits) == 6
+
+
+def test_unreachable_server_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    from tests.support.mariadb import free_port
+
+    bad = ConnectionSettings(**{**cdc_settings.__dict__, "port": free_port()})
+    with pytest.raises(SnapshotError, match="cannot connect"):
+        run_snapshot_group(spark, bad, store, "p1", 0, sink)
+    assert not sink.exists(table) or sink.read(table).num_rows == 0
+    assert store.read_group_report("p1", 0) is None
+
+
+def test_missing_table_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    mariadb.execute(f"DROP TABLE {table}")
+    with pytest.raises(SnapshotError, match="does not exist"):
+        run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink)
+    assert sink.read(table).num_rows == 0
+    assert store.read_group_report("p1", 0) is None
+
+
+def test_revoked_replication_privilege_fails_clearly(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    _plan(cdc_settings, store, table)
+    user = f"norepl_{db[-6:]}"
+    mariadb.execute(
+        f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'",
+        f"GRANT SELECT, REPLICATION CLIENT ON *.* TO '{user}'@'%'",
+    )
+    try:
+        settings = ConnectionSettings(**{**cdc_settings.__dict__, "user": user, "password": "pw"})
+        hooks = SnapshotTestHooks(after_low_watermark=lambda: mariadb.execute(f"UPDATE {table} SET v = 0 WHERE id = 3"))
+        with pytest.raises(SnapshotError, match="REPLICATION SLAVE"):
+            run_snapshot_group(spark, settings, store, "p1", 0, sink, test_hooks=hooks)
+    finally:
+        mariadb.execute(f"DROP USER '{user}'@'%'")
+    assert sink.read(table).num_rows == 0
+    assert store.read_group_report("p1", 0) is None
+
+
+WIDE = """CREATE TABLE {t} (
+    id BIGINT UNSIGNED NOT NULL PRIMARY KEY, i8 TINYINT, u8 TINYINT UNSIGNED, d DECIMAL(20,6), f DOUBLE,
+    dt DATETIME(6), ts TIMESTAMP(3) NULL, dd DATE, tm TIME(2), y YEAR, s VARCHAR(30) CHARACTER SET utf8mb4,
+    c CHAR(4), b VARBINARY(8), bn BINARY(3), j JSON, e ENUM('x','y'), st SET('a','b'), bt BIT(5), b1 BIT(1)
+)"""
+
+
+def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Rows added/changed in the window take the binlog path into the same files as the JDBC rows."""
+    from tests.support.verify import compare
+
+    t = f"`{db}`.wide"
+    mariadb.execute(
+        WIDE.format(t=t),
+        f"""INSERT INTO {t} VALUES
+          (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
+           '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{{"k": [1, "ü"]}}', 'y', 'a,b', b'10101', b'1'),
+          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+          (18446744073709551615, 127, 0, -0.000001, -2.25e10, '1970-01-01 00:00:00', NULL, '1000-01-01',
+           '838:59:59', 1901, '', '', X'', X'', '[]', 'x', '', b'0', b'0')""",
+    )
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    with cdc_settings.connect() as conn:
+        plan = plan_snapshot(conn, [f"{db}.wide"], 2, 64)
+    store.write_plan("p1", plan.to_dict())
+
+    def changes() -> None:
+        mariadb.execute(
+            "SET time_zone = '+05:00'",
+            f"""INSERT INTO {t} VALUES (3, 1, 2, 3.5, 0.25, '2025-05-05 05:05:05.5', '2025-05-05 05:05:05.123',
+              '2025-05-05',
+              '100:00:00.01', 2155, 'neu', 'x', X'ab', X'ff', '{{"a": null}}', 'x', 'b', b'11111', b'1')""",
+            f"UPDATE {t} SET i8 = 7, s = NULL, st = '', j = '{{}}', bn = X'61' WHERE id = 1",
+            f"UPDATE {t} SET d = 1.5, tm = '-00:00:01', ts = '2030-01-01 00:00:00' WHERE id = 2",
+            f"DELETE FROM {t} WHERE id = 18446744073709551615",
+            f"INSERT INTO {t} (id) VALUES (18446744073709551614)",
+        )
+
+    # JDBC: its chunks take the group's window (a native chunk's own window ends before these changes)
+    res = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(reader="jdbc"),
+                             test_hooks=SnapshotTestHooks(before_high_watermark=changes))  # fmt: skip
+    assert res.window_changes == 5
+    with cdc_settings.connect() as conn:
+        cmp = compare(conn, plan.tables[f"{db}.wide"], sink.read(f"{db}.wide"))
+    assert cmp.match, cmp.first_difference
+    assert cmp.source_rows == 4
+
+
 @pytest.mark.parametrize(
     ("point", "reader"),
     [("after_low_watermark", "native"), ("during_read", "native"), ("before_high_watermark", "jdbc")],
