@@ -128,15 +128,16 @@ def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_
 
     def dml() -> None:
         if point == "during_read":
-            time.sleep(0.5)  # the SELECT of chunk 0 is now stalled at id 250 (for long enough under load)
+            _wait_for_stalled_select(mariadb)  # chunk 0's SELECT is in flight, stalled at id 250
         marks["before"], marks["rows_before"] = _offset_now(cdc_settings), _chunk_rows_now(mariadb, plan, 0)
-        _dml_everything(mariadb, table, rotate=True)
+        # no rotations while the SELECT stalls: they are slow, and the DML must end inside the stall
+        _dml_everything(mariadb, table, rotate=point != "during_read")
         marks["after"] = _offset_now(cdc_settings)
         fired.append(point)
 
     hooks = SnapshotTestHooks(**{point: dml})
     if point == "during_read":
-        hooks.stall_reads_at = {table: ((250,), 5.0)}
+        hooks.stall_reads_at = {table: ((250,), 8.0)}
     result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, opts, test_hooks=hooks)
     assert fired == [point]
     assert result.window_changes > 0
@@ -165,6 +166,15 @@ def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_
         assert own[0].low_watermark <= marks["before"] and own[0].high_watermark >= marks["after"]
     _assert_group_matches(sink, plan, table, 0, group0_at_hw)
     _assert_group_matches(sink, plan, table, 1, group1_at_hw)
+
+
+def _wait_for_stalled_select(mariadb: Any, timeout: float = 120.0) -> None:
+    """Until a chunk SELECT sits in its test stall (``SLEEP``) on the server, whatever the load."""
+    deadline = time.monotonic() + timeout
+    while not mariadb.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() "
+                            "AND STATE = 'User sleep' AND INFO LIKE 'SELECT%'")[0][0]:  # fmt: skip
+        assert time.monotonic() < deadline, "no chunk SELECT reached its stall"
+        time.sleep(0.05)
 
 
 def _offset_now(settings: ConnectionSettings) -> Any:
@@ -340,7 +350,7 @@ def test_case_insensitive_string_keys(point: str, reader: str, mariadb, db, cdc_
 
     def changes() -> None:
         if point == "during_read":
-            time.sleep(1.0)  # chunk 0's SELECT is stalled at k0045
+            _wait_for_stalled_select(mariadb)  # chunk 0's SELECT is stalled at k0045
         mariadb.execute(
             f"UPDATE {t} SET k = 'K0001', v = -1 WHERE k = 'k0001'",  # case-only key change
             f"UPDATE {t} SET k = 'k0003 ' WHERE k = 'k0003'",  # trailing space: same key under PAD SPACE
