@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
@@ -83,14 +82,9 @@ class _Watermarks:
                 self.conn.close()
 
 
-@contextlib.contextmanager
-def _watermarks(settings: ConnectionSettings, wanted: bool) -> Iterator[_Watermarks | None]:
-    marks = _Watermarks(settings) if wanted else None
-    try:
-        yield marks
-    finally:
-        if marks is not None:
-            marks.close()
+def _watermarks(settings: ConnectionSettings, wanted: bool) -> contextlib.AbstractContextManager[_Watermarks | None]:
+    """A task's watermark session, closed when the task's reads end (None when not ``wanted``)."""
+    return contextlib.closing(_Watermarks(settings)) if wanted else contextlib.nullcontext()
 
 
 def native_reader_unavailable(settings: ConnectionSettings, schema: TableSchema) -> str | None:

@@ -90,15 +90,27 @@ def state_at(start: dict[int, int], history: list[RowChange], tick: int) -> dict
     return s
 
 
+Scenario = tuple[list, list[tuple[int, int, int]], set[int], list[RowChange], dict[int, int]]
+
+
+Windows = dict[int, tuple[BinlogOffset, BinlogOffset]]
+
+
+def group_windows(scenario: Scenario) -> tuple[ChunkLocator, Windows, ChunkWindows]:
+    """The scenario's chunk locator, each group chunk's (LW, HW), and the windows built from them."""
+    chunks, brackets, group, _, _ = scenario
+    locator = ChunkLocator(chunks)
+    own = {c.split_id: (off(b[0]), off(b[2])) for c, b in zip(chunks, brackets, strict=True) if c.split_id in group}
+    return locator, own, ChunkWindows(locator, own)
+
+
 @settings(max_examples=150, deadline=None)
 @given(scenarios())
 def test_a_chunk_read_inside_its_window_plus_its_replayed_part_equals_the_source_at_its_hw(
-    scenario: tuple[list, list[tuple[int, int, int]], set[int], list[RowChange], dict[int, int]],
+    scenario: Scenario,
 ) -> None:
     chunks, brackets, group, history, start = scenario
-    locator = ChunkLocator(chunks)
-    own = {c.split_id: (off(b[0]), off(b[2])) for c, b in zip(chunks, brackets, strict=True) if c.split_id in group}
-    windows = ChunkWindows(locator, own)
+    locator, _, windows = group_windows(scenario)
     kept = [p for p in (windows.part(ch, KEY) for ch in history) if p is not None]
     for i, c in enumerate(chunks):
         if c.split_id not in group:
@@ -117,12 +129,10 @@ def test_a_chunk_read_inside_its_window_plus_its_replayed_part_equals_the_source
 @settings(max_examples=100, deadline=None)
 @given(scenarios())
 def test_nothing_outside_every_window_or_of_another_groups_keys_is_kept(
-    scenario: tuple[list, list[tuple[int, int, int]], set[int], list[RowChange], dict[int, int]],
+    scenario: Scenario,
 ) -> None:
-    chunks, brackets, group, history, _ = scenario
-    locator = ChunkLocator(chunks)
-    own = {c.split_id: (off(b[0]), off(b[2])) for c, b in zip(chunks, brackets, strict=True) if c.split_id in group}
-    windows = ChunkWindows(locator, own)
+    history = scenario[3]
+    locator, own, windows = group_windows(scenario)
     for ch in history:
         p = windows.part(ch, KEY)
         for image in (p.before, p.after) if p is not None else ():
