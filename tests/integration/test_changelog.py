@@ -177,10 +177,13 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
         last = _last_commit(tmp_path)
         app_id = manifest.app_id("clog")
         logged = [DeltaTable(changelog_uri(sink, t)).transaction_version(app_id) for t in tables]
-        # batch `last` is in a changelog already, and none is ahead of it (a table the writer has not
-        # touched in any batch yet records no batch: None)
-        assert last in logged and max(v for v in logged if v is not None) == last, (last, logged)
-        for d, first in ((commits, last), (commits.parent / "offsets", last + 1)):  # a planned next batch never ran
+        # The batch to replay is the newest one in a changelog (a table the writer has not touched in
+        # any batch yet records no batch: None). It is `last`, or `last + 1` when the stop interrupted
+        # the next batch after a Delta commit and before Spark marked it committed — by design (see
+        # stream.job.stop_gracefully), and already the crash this test makes.
+        ahead = max(v for v in logged if v is not None)
+        assert ahead in (last, last + 1), (last, logged)
+        for d, first in ((commits, ahead), (commits.parent / "offsets", ahead + 1)):  # a planned next batch never ran
             for n in [int(p.name) for p in d.iterdir() if p.name.isdigit() and int(p.name) >= first]:
                 (d / str(n)).unlink()
                 (d / f".{n}.crc").unlink(missing_ok=True)
