@@ -354,7 +354,6 @@ def finalize_run(
         for g in group_ids:
             report = store.read_group_report(plan_id, g)
             files += report.staged_files.get(t, []) if report else []
-        key = new_tables[t].merge_key if t in new_tables else list(schema.primary_key)
         if t in repaired and old is not None and t in record.row_filters:
             meta = {"plan_id": plan_id, "snapshot_filter": record.row_filters[t]}
             swap_keyed_rows(sink, t, old.tables[t], files, lake, meta)
@@ -367,7 +366,7 @@ def finalize_run(
                             lake, meta)  # fmt: skip
             continue
         meta = {"plan_id": plan_id, "re_snapshot": True}
-        sink.replace_with_files(t, files, lake, meta, primary_key=key)
+        sink.replace_with_files(t, files, lake, meta)
 
     manifest = old
     new_generation = None

@@ -26,16 +26,22 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
-from deltalake.transaction import AddAction, RemoveAction
 
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable, Routes
-from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, commit_file_actions, relative_path, remove_action
+from airflow_provider_mysqlcdc.sinks.delta_files import (
+    FileActions,
+    add_actions,
+    commit_file_actions,
+    relative_path,
+    remove_action,
+)
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema, merge_changes
 from airflow_provider_mysqlcdc.sinks.delta_routing import (
     check_shard_evolution,
     check_shard_schema,
+    file_schema,
     routed_schema,
     shard_files,
     stamp_source,
@@ -46,6 +52,7 @@ from airflow_provider_mysqlcdc.sinks.delta_schema import (
     evolve_table_schema,
     table_description,
 )
+from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, stats_columns_for, stats_properties
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +152,29 @@ class DeltaSink:
             return True
         raise RuntimeError(f"could not record the owner of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
 
+    def declare_stats_columns(self, table: str, key: Sequence[str], schema: pa.Schema | None = None) -> None:
+        """Declare on ``table`` the columns its files carry statistics for (:mod:`sinks.delta_stats`):
+        those of its ``key`` that suit them. A table created before tables declared them gets them here.
+        ``schema``: the columns of ``table``'s rows (default: the Delta table's own, without a routed
+        table's source columns, which are partition values)."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            dt = self.open(table)
+            if schema is None:
+                full = delta_arrow_schema(dt)
+                schema = file_schema(full) if self.route_of(table) else full
+            want = stats_columns_for(schema, list(key))
+            if declared_stats_columns(dt.metadata().configuration) == want:
+                return
+            try:
+                dt.alter.set_table_properties(stats_properties(want), raise_if_not_exists=False)
+            except CommitFailedError:  # a concurrent commit (another group): read again
+                time.sleep(min(0.05 * (attempt + 1), 1.0))
+                continue
+            log.info("%s: file statistics declared for %s", table, ", ".join(want) or "no column")
+            return
+        raise RuntimeError(f"could not declare the statistics columns of {table}: {COMMIT_ATTEMPTS} attempts "
+                           "conflicted")
+
     def table_uri(self, table: str) -> str:
         route = self.route_of(table)
         db, _, name = (route.target if route else table).partition(".")
@@ -177,15 +207,16 @@ class DeltaSink:
     # ------------------------------------------------------------------ snapshot
     def prepare_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
         route = self.route_of(table)
+        name, key = (route.target, route.merge_key(primary_key)) if route else (table, primary_key)
         if self.exists(table):
             self.check_owner(table)
             if route:
                 self._check_shard_schema(table, route, schema)
+            self.declare_stats_columns(table, key, schema)
             return
         uri = self.table_uri(table)
         if self._is_local():
             os.makedirs(uri, exist_ok=True)
-        name, key = (route.target, route.merge_key(primary_key)) if route else (table, primary_key)
         try:
             DeltaTable.create(
                 uri,
@@ -194,7 +225,7 @@ class DeltaSink:
                 partition_by=list(SOURCE_COLUMNS) if route else None,
                 name=name,
                 description=table_description(name, key),  # evolve_schema reads the key back
-                configuration={"delta.appendOnly": "false"},
+                configuration={"delta.appendOnly": "false", **stats_properties(stats_columns_for(schema, key))},
                 storage_options=self.storage_options,
             )
         except Exception as exc:  # lost a creation race: fine if the table now exists
@@ -261,16 +292,15 @@ class DeltaSink:
         files: list[StagedFile],
         schema: pa.Schema,
         metadata: dict[str, Any],
-        primary_key: list[str] | None = None,
     ) -> int:
         """One Delta commit: remove this group's earlier files, add ``files``. Returns the new version."""
         uri = self.table_uri(table)
         route = self.route_of(table)
         prefix = _group_prefix(group_key, route)
 
-        def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
+        def actions(have: dict[str, int], now: int, stats: list[str] | None) -> FileActions:
             removes = [remove_action(p, sz, now) for p, sz in have.items() if p.startswith(prefix)]
-            return removes, add_actions(uri, files, primary_key or [], now, prefix, self.storage, route)
+            return removes, add_actions(uri, files, stats, now, prefix, self.storage, route)
 
         version, removed, _ = commit_file_actions(self, table, actions, schema, metadata, skip_if_unchanged=False)
         log.info(
@@ -286,7 +316,6 @@ class DeltaSink:
         files: list[StagedFile],
         schema: pa.Schema,
         metadata: dict[str, Any],
-        primary_key: list[str] | None = None,
     ) -> int | None:
         """One Delta commit after which the table holds exactly ``files`` (a re-snapshot's swap).
 
@@ -297,10 +326,10 @@ class DeltaSink:
         uri = self.table_uri(table)
         wanted = {relative_path(uri, f.path): f for f in files}
 
-        def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
+        def actions(have: dict[str, int], now: int, stats: list[str] | None) -> FileActions:
             removes = [remove_action(p, sz, now) for p, sz in have.items() if p not in wanted]
             adds = [f for p, f in wanted.items() if p not in have]
-            return removes, add_actions(uri, adds, primary_key or [], now, storage=self.storage,
+            return removes, add_actions(uri, adds, stats, now, storage=self.storage,
                                          route=self.route_of(table))  # fmt: skip
 
         version, removed, added = commit_file_actions(self, table, actions, schema, metadata, skip_if_unchanged=True,

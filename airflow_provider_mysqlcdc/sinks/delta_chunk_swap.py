@@ -18,14 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import RemoveAction
 
 from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.row_digest import normal_key
-from airflow_provider_mysqlcdc.sinks.delta_files import add_actions, commit_file_actions, relative_path, remove_action
+from airflow_provider_mysqlcdc.sinks.delta_files import (
+    FileActions,
+    add_actions,
+    commit_file_actions,
+    relative_path,
+    remove_action,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -45,7 +51,6 @@ def replace_chunk_rows(
     files: list[StagedFile],
     schema: pa.Schema,
     metadata: dict[str, Any],
-    primary_key: list[str],
 ) -> int | None:
     """One commit after which the rows ``in_chunks`` selects are exactly those of ``files``.
 
@@ -58,7 +63,7 @@ def replace_chunk_rows(
     attempt = uuid.uuid4().hex[:12]
     counts = {"rewritten": 0, "rows_dropped": 0, "rows_kept": 0}
 
-    def actions(have: dict[str, int], now: int) -> tuple[list[RemoveAction], list[AddAction]]:
+    def actions(have: dict[str, int], now: int, stats: list[str] | None) -> FileActions:
         if wanted and all(p in have for p in wanted):
             return [], []  # committed before: a retried finalize
         removes: list[RemoveAction] = []
@@ -80,7 +85,7 @@ def replace_chunk_rows(
                 out = f"{uri}/{REPAIR_DIR}/{attempt}-{n:05d}.parquet"
                 written = sink.storage.write_parquet(kept, out, compression="snappy")
                 kept_files.append(StagedFile(out, kept.num_rows, written))
-        adds = add_actions(uri, [*files, *kept_files], primary_key, now, storage=sink.storage,
+        adds = add_actions(uri, [*files, *kept_files], stats, now, storage=sink.storage,
                             route=sink.route_of(table))  # fmt: skip
         return removes, adds
 
@@ -132,7 +137,7 @@ def swap_chunk_rows(
         rows = [normal_key(k) for k in zip(*(keys.column(c).to_pylist() for c in key_columns), strict=True)]
         return repaired[np.asarray(locator.indexes_of(rows), dtype=np.int64)] if rows else np.zeros(0, dtype=bool)
 
-    return replace_chunk_rows(sink, table, in_chunks, key_columns, files, schema, metadata, captured.merge_key)
+    return replace_chunk_rows(sink, table, in_chunks, key_columns, files, schema, metadata)
 
 
 def swap_keyed_rows(
@@ -158,7 +163,7 @@ def swap_keyed_rows(
         return np.fromiter((normal_key(k) in staged for k in zip(*cols, strict=True)), dtype=bool, count=keys.num_rows)
 
     log.info("%s: the partial backfill replaces %d rows (the staged keys)", table, len(staged))
-    return replace_chunk_rows(sink, table, in_chunks, key_columns, files, schema, metadata, key_columns)
+    return replace_chunk_rows(sink, table, in_chunks, key_columns, files, schema, metadata)
 
 
 __all__ = ["RowsInChunks", "replace_chunk_rows", "swap_chunk_rows", "swap_keyed_rows"]

@@ -2,7 +2,7 @@
 
 Why its own module: the snapshot commits adopt Parquet files written elsewhere (by Spark) instead
 of writing through delta-rs, so the actions — relative paths, partition values of a routed shard,
-row counts and key statistics for MERGE's file pruning — are built here by hand.
+row counts and the statistics the table declares (``sinks/delta_stats.py``) — are built here by hand.
 """
 
 from __future__ import annotations
@@ -23,11 +23,15 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable
 from airflow_provider_mysqlcdc.sinks.delta_merge import delta_arrow_schema
 from airflow_provider_mysqlcdc.sinks.delta_schema import column_signature
+from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, file_stats, merge_range
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 
 log = logging.getLogger(__name__)
+
+#: A commit's file actions: the removes and the adds.
+FileActions = tuple[list[RemoveAction], list[AddAction]]
 
 #: Commit-info key identifying one commit of this package (its version is looked up by it).
 COMMIT_ID = "mysqlcdc.commit"
@@ -40,7 +44,7 @@ def remove_action(path: str, size: int, now: int) -> RemoveAction:
 def add_actions(
     uri: str,
     files: list[StagedFile],
-    primary_key: list[str],
+    stats_columns: list[str] | None,
     now: int,
     prefix: str | None = None,
     storage: lake_storage.LakeStorage = lake_storage.LOCAL,
@@ -58,7 +62,7 @@ def add_actions(
                 partition_values=route.partition_values if route else {},
                 modification_time=now,
                 data_change=True,
-                stats=stats_json(f.path, f.rows, primary_key, storage),
+                stats=stats_json(f.path, f.rows, stats_columns, storage),
             )
         )
     return adds
@@ -76,46 +80,45 @@ def relative_path(table_uri: str, path: str) -> str:
     raise ValueError(f"{path} is not inside table {table_uri}")
 
 
-def stats_json(path: str, rows: int, primary_key: list[str], storage: lake_storage.LakeStorage) -> str:
-    """Delta file statistics: row count, and min/max of the key columns for data skipping in MERGE."""
-    stats: dict[str, Any] = {"numRecords": rows}
-    if primary_key and rows:
+def stats_json(path: str, rows: int, columns: list[str] | None, storage: lake_storage.LakeStorage) -> str:
+    """Delta file statistics: row count, and min/max of the table's stats columns (see
+    :mod:`sinks.delta_stats`) from the Parquet footer, for data skipping in MERGE and readers."""
+    ranges: dict[str, tuple[Any, Any, int]] = {}
+    if columns and rows:
         try:
             md = storage.parquet_file(path).metadata
             names = md.schema.names
-            mins: dict[str, Any] = {}
-            maxs: dict[str, Any] = {}
-            for col in primary_key:
+            for col in columns:
                 if col not in names:
-                    continue
+                    break
                 ci = names.index(col)
-                lo = hi = None
                 for rg in range(md.num_row_groups):
                     st = md.row_group(rg).column(ci).statistics
-                    if st is None or not st.has_min_max:
-                        lo = hi = None
+                    if st is None or not st.has_min_max or not _exact_json(st.min) or not _exact_json(st.max):
+                        ranges.pop(col, None)
                         break
-                    lo = st.min if lo is None or st.min < lo else lo
-                    hi = st.max if hi is None or st.max > hi else hi
-                if lo is not None and isinstance(lo, int | str):
-                    mins[col], maxs[col] = lo, hi
-            if mins:
-                stats.update({"minValues": mins, "maxValues": maxs, "nullCount": dict.fromkeys(mins, 0)})
+                    merge_range(ranges, col, st.min, st.max, st.null_count if st.has_null_count else 1)
         except (OSError, ValueError) as exc:  # stats are an optimisation; never fail a commit on them
             log.debug("no stats for %s: %s", path, exc)
-    return json.dumps(stats)
+            ranges = {}
+    return file_stats(rows, ranges, columns)
+
+
+def _exact_json(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 def commit_file_actions(
     sink: DeltaSink,
     table: str,
-    actions: Callable[[dict[str, int], int], tuple[list[RemoveAction], list[AddAction]]],
+    actions: Callable[[dict[str, int], int, list[str] | None], FileActions],
     schema: pa.Schema,
     metadata: dict[str, Any],
     skip_if_unchanged: bool,
     new_schema: bool = False,
 ) -> tuple[int | None, int, int]:
-    """Commit ``actions(current files, now)`` as one transaction, retrying on a concurrent commit.
+    """Commit ``actions(current files, now, stats columns)`` as one transaction, retrying on a
+    concurrent commit (the stats columns: those the table declares, :mod:`sinks.delta_stats`).
 
     ``new_schema``: the files replace the whole table and ``schema`` becomes its schema (a
     re-snapshot of a table whose columns changed: delta-rs writes the new metadata only in
@@ -137,7 +140,8 @@ def commit_file_actions(
             schema = delta_arrow_schema(dt)
         changed = new_schema and column_signature(delta_arrow_schema(dt)) != column_signature(schema)
         # an overwrite removes every current file itself: add them all, remove none
-        removes, adds = actions({} if changed else have, int(time.time() * 1000))
+        stats_columns = declared_stats_columns(dt.metadata().configuration)
+        removes, adds = actions({} if changed else have, int(time.time() * 1000), stats_columns)
         if skip_if_unchanged and not removes and not adds and not changed:
             return None, 0, 0
         commit_id = uuid.uuid4().hex
@@ -175,4 +179,12 @@ def _committed_version(sink: DeltaSink, table: str, commit_id: str) -> int:
     raise RuntimeError(f"{table}: commit {commit_id} is not among the table's last 50 commits")
 
 
-__all__ = ["COMMIT_ID", "add_actions", "commit_file_actions", "relative_path", "remove_action", "stats_json"]
+__all__ = [
+    "COMMIT_ID",
+    "FileActions",
+    "add_actions",
+    "commit_file_actions",
+    "relative_path",
+    "remove_action",
+    "stats_json",
+]

@@ -34,7 +34,7 @@ from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 log = logging.getLogger(__name__)
 
 
-def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any], primary_key: list[str]) -> int:
+def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any]) -> int:
     """Set ``values`` (column -> canonical value) in every row of ``table`` (its shard, if routed) in
     one commit; the number of rows. Idempotent."""
     route = sink.route_of(table)
@@ -54,7 +54,7 @@ def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any], primary
         written = []
         rows = 0
         for i, rel in enumerate(sorted(have)):  # one new file per old one: the key-range layout stays
-            out = _FileWriter(files, directory, f"part-{i:05d}", schema, list(primary_key))
+            out = _FileWriter(files, directory, f"part-{i:05d}", schema, dt)
             for batch in files.reader(rel).iter_batches(batch_size=READ_BATCH_ROWS):
                 data = _conform(pa.Table.from_batches([batch]), schema)
                 for name, value in values.items():
@@ -66,7 +66,7 @@ def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any], primary
             out.close()
             written += out.written
         now = int(time.time() * 1000)
-        actions = [*(remove_action(rel, size, now) for rel, size in have.items()), *_added(written, route, now)]
+        actions = [*(remove_action(rel, size, now) for rel, size in have.items()), *_added(written, route, now, dt)]
         filled = {c: to_json(v) for c, v in values.items()}
         commit = CommitProperties(custom_metadata={"mysqlcdc": json.dumps({"filled_columns": filled, "rows": rows})})
         try:

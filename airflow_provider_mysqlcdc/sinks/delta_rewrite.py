@@ -48,6 +48,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_files import remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, already_applied, conform_upserts
 from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
+from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, file_stats, merge_range
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FoldedBucket
 from airflow_provider_mysqlcdc.spill.changed_keys import ChangedKeys, match_files
 from airflow_provider_mysqlcdc.storage import LakeStorage, is_local
@@ -85,13 +86,16 @@ class _NewFile:
     rel: str
     rows: int
     size: int
-    stats: str
+    ranges: dict[str, tuple[Any, Any, int]]
 
 
-def _added(files: list[_NewFile], route: RoutedTable | None, now: int) -> list[AddAction]:
-    """Add actions of data files this module wrote (a routed shard's carry its partition values)."""
+def _added(files: list[_NewFile], route: RoutedTable | None, now: int, dt: DeltaTable) -> list[AddAction]:
+    """Add actions of data files this module wrote (a routed shard's carry its partition values),
+    with statistics for the columns ``dt`` (the table committed to) declares."""
+    columns = declared_stats_columns(dt.metadata().configuration)
     return [AddAction(path=f.rel, size=f.size, partition_values=route.partition_values if route else {},
-                      modification_time=now, data_change=True, stats=f.stats) for f in files]  # fmt: skip
+                      modification_time=now, data_change=True, stats=file_stats(f.rows, f.ranges, columns))
+            for f in files]  # fmt: skip
 
 
 class _TableFiles:
@@ -141,29 +145,19 @@ class _TableFiles:
                 shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
-def _key_stats(batch: pa.Table | pa.RecordBatch, key: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    for c in key:
-        mm = pc.min_max(batch.column(c))
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if isinstance(lo, int | str) and not isinstance(lo, bool):
-            mins[c], maxs[c] = lo, hi
-    return mins, maxs
-
-
 class _FileWriter:
-    """Streams batches into data files of at most :data:`FILE_ROWS` rows, with key statistics."""
+    """Streams batches into data files of at most :data:`FILE_ROWS` rows, with the value ranges of
+    ``dt``'s statistics columns (:mod:`sinks.delta_stats`)."""
 
-    def __init__(self, files: _TableFiles, directory: str, stem: str, schema: pa.Schema, key: list[str]):
-        self.files, self.directory, self.stem, self.schema, self.key = files, directory, stem, schema, key
+    def __init__(self, files: _TableFiles, directory: str, stem: str, schema: pa.Schema, dt: DeltaTable):
+        self.files, self.directory, self.stem, self.schema = files, directory, stem, schema
+        self.columns = [c for c in declared_stats_columns(dt.metadata().configuration) or [] if c in schema.names]
         self.written: list[_NewFile] = []
         self._writer: pq.ParquetWriter | None = None
         self._sink: Any = None
         self._rel = ""
         self._rows = 0
-        self._mins: dict[str, Any] = {}
-        self._maxs: dict[str, Any] = {}
+        self._ranges: dict[str, tuple[Any, Any, int]] = {}
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         offset = 0
@@ -174,11 +168,10 @@ class _FileWriter:
             part = data.slice(offset, take)
             assert self._writer is not None
             self._writer.write(part if isinstance(part, pa.Table) else pa.Table.from_batches([part]))
-            lo, hi = _key_stats(part, self.key)
-            for c, v in lo.items():
-                self._mins[c] = v if c not in self._mins else min(self._mins[c], v)
-            for c, v in hi.items():
-                self._maxs[c] = v if c not in self._maxs else max(self._maxs[c], v)
+            for c in self.columns:
+                col = part.column(c)
+                mm = pc.min_max(col)
+                merge_range(self._ranges, c, mm["min"].as_py(), mm["max"].as_py(), col.null_count)
             self._rows += take
             offset += take
             if self._rows >= FILE_ROWS:
@@ -188,19 +181,14 @@ class _FileWriter:
         self._rel = f"{self.directory}/{self.stem}-{len(self.written):04d}.parquet"
         self._sink = self.files.writer_sink(self._rel)
         self._writer = pq.ParquetWriter(self._sink, self.schema, use_dictionary=False, compression="snappy")
-        self._rows, self._mins, self._maxs = 0, {}, {}
+        self._rows, self._ranges = 0, {}
 
     def close(self) -> None:
         if self._writer is None:
             return
         self._writer.close()
         self._sink.close()
-        stats: dict[str, Any] = {"numRecords": self._rows}
-        keys = [c for c in self.key if c in self._mins]
-        if keys and self._rows:
-            stats.update({"minValues": {c: self._mins[c] for c in keys}, "maxValues": {c: self._maxs[c] for c in keys},
-                          "nullCount": dict.fromkeys(keys, 0)})  # fmt: skip
-        self.written.append(_NewFile(self._rel, self._rows, self.files.size(self._rel), json.dumps(stats)))
+        self.written.append(_NewFile(self._rel, self._rows, self.files.size(self._rel), self._ranges))
         self._writer = None
 
 
@@ -248,7 +236,7 @@ def apply_folded_changes(
     os.makedirs(workdir, exist_ok=True)
     keys = ChangedKeys(key_schema, workdir, max(1, memory_bytes // 2))
     result = RewriteResult(applied=True)
-    up_writer = _FileWriter(files, directory, "upserts", target, key)
+    up_writer = _FileWriter(files, directory, "upserts", target, dt)
     for i, fb in enumerate(buckets):
         up = conform_upserts(table, target, fb.upserts, fill_absent=route is not None)
         if up.num_rows:
@@ -275,7 +263,7 @@ def apply_folded_changes(
             current = current.filter(pa.array([p in mine for p in current.column("path").to_pylist()], pa.bool_()))
         masks, passes = _match_target(files, current, keys, key, report)
         result.key_passes = passes
-        rewrite = _FileWriter(files, directory, f"rewrite-{attempt:02d}", target, key)
+        rewrite = _FileWriter(files, directory, f"rewrite-{attempt:02d}", target, dt)
         removes: list[RemoveAction] = []
         now = int(time.time() * 1000)
         copied = 0
@@ -285,7 +273,7 @@ def apply_folded_changes(
             report("rewriting", {"files_rewritten": n + 1, "files_to_rewrite": len(masks), "rows_copied": copied})
         rewrite.close()
         new_files = up_writer.written + rewrite.written
-        adds = _added(new_files, route, now)
+        adds = _added(new_files, route, now, dt)
         commit = CommitProperties(
             app_transactions=[Transaction(app_id, version)],
             custom_metadata={"mysqlcdc": json.dumps({

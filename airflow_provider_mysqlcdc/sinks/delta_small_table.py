@@ -76,12 +76,12 @@ def rewrite_small_table(
         drop = member_mask(current.select(key), changed, key) if current.num_rows else np.zeros(0, dtype=bool)
         rows = pa.concat_tables([current.filter(pa.array(~drop)),
                                  conform_upserts(table, schema, upserts, fill_absent=route is not None)])  # fmt: skip
-        out = _FileWriter(files, f"{files.stream_dir}/b{version:010d}-{uuid.uuid4().hex[:12]}", "table", schema, key)
+        out = _FileWriter(files, f"{files.stream_dir}/b{version:010d}-{uuid.uuid4().hex[:12]}", "table", schema, dt)
         if rows.num_rows:
             out.write(rows.sort_by([(c, "ascending") for c in key]))
         out.close()
         now = int(time.time() * 1000)
-        actions = [*(remove_action(rel, size, now) for rel, size in have.items()), *_added(out.written, route, now)]
+        actions = [*(remove_action(rel, size, now) for rel, size in have.items()), *_added(out.written, route, now, dt)]
         commit = CommitProperties(
             app_transactions=[Transaction(app_id, version)],
             custom_metadata={"mysqlcdc": json.dumps({"app_id": app_id, "version": version, "upserts": upserts.num_rows,

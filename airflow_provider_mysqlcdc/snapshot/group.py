@@ -327,8 +327,7 @@ def _commit(sink: DeltaSink, run: GroupRun, low: BinlogOffset, high: BinlogOffse
     todo = [w for w in run.work if w.table not in run.deferred]
 
     def commit(w: TableWork) -> int:
-        return sink.commit_snapshot_group(w.table, run.key, _nonempty(w), w.lake_schema, metadata,
-                                          primary_key=w.pk_cols)  # fmt: skip
+        return sink.commit_snapshot_group(w.table, run.key, _nonempty(w), w.lake_schema, metadata)
 
     # tables are independent: their commits run side by side (delta-rs releases the GIL)
     with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, max(1, len(todo)))) as pool:

@@ -136,6 +136,8 @@ def start_stream(
             sink.check_owner(t, sink.latest(t))  # loaded once here: batches read only new log entries
         if sink.owner is not None and sink.exists(t) and sink.owner_of(t) is None:
             sink.claim(t)  # a table created before owners were recorded
+        if sink.exists(t):  # a table created before tables declared their statistics columns
+            sink.declare_stats_columns(t, manifest.tables[t].merge_key)
     register(spark)
     staging = store.url(STAGED)
     # no batch runs yet: whatever is staged belongs to a batch that will be replayed

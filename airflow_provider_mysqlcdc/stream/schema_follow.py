@@ -283,7 +283,7 @@ def _follow_alters(
         raise StreamSchemaError(f"{exc} (DDL at {last}); the stream stopped before it") from None
     filled = {c: v for c, v in values.items() if v is not None}
     if filled:  # before the manifest says the ALTER is followed: a crash here follows it again, alike
-        fill_columns(sink, t, filled, entry.merge_key)
+        fill_columns(sink, t, filled)
     old_names = {c.name.lower() for c in entry.schema.columns}
     added = [c.name for c in new.columns if c.name.lower() not in old_names]
     live = {c.name for c in new.columns}

@@ -55,7 +55,7 @@ def _snapshot(sink: DeltaSink, table: str, schema: pa.Schema, pk: list[str], row
         part = pa.Table.from_pylist(rows[i : i + per], schema=schema)
         pq.write_table(part, path)
         staged.append(StagedFile(path, part.num_rows, os.path.getsize(path)))
-    sink.commit_snapshot_group(table, "g", staged, schema, {}, primary_key=pk)
+    sink.commit_snapshot_group(table, "g", staged, schema, {})
 
 
 def _read(sink: DeltaSink, table: str, pk: list[str]) -> list[dict[str, Any]]:

@@ -34,8 +34,7 @@ def _snapshot(sink: DeltaSink, table: str, ids: range, group: str = "p1-g00000")
     path = f"{staging}/part-0.parquet"
     os.makedirs(staging, exist_ok=True)
     pq.write_table(pa.table({"id": list(ids), "v": [f"{table}-{i}" for i in ids]}, schema=SCHEMA), path)
-    sink.commit_snapshot_group(table, group, [StagedFile(path, len(ids), os.path.getsize(path))], SCHEMA, {},
-                               primary_key=["id"])  # fmt: skip
+    sink.commit_snapshot_group(table, group, [StagedFile(path, len(ids), os.path.getsize(path))], SCHEMA, {})
 
 
 @pytest.mark.parametrize("rewrite_below", [0, 1 << 30], ids=["merge", "small-table-rewrite"])
@@ -65,7 +64,7 @@ def test_shards_share_one_table_and_replay_per_shard(tmp_path: object, rewrite_b
     files = sink.table_files(A)
     assert all("p2-g00000" in p or "snapshot" not in p for p in files)
     staged = [StagedFile(f"{sink.table_uri(A)}/{p}", 2, s) for p, s in files.items() if "p2-g00000" in p]
-    sink.replace_with_files(A, staged, SCHEMA, {}, primary_key=["id"])
+    sink.replace_with_files(A, staged, SCHEMA, {})
     assert [r[:2] for r in _rows(sink)] == [("db_a", 100), ("db_a", 101), ("db_b", 7)]
 
 
@@ -84,7 +83,7 @@ def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, rewrite_
     assert {r["id"]: r["channel"] for r in sink.read(A).to_pylist()} == {1: "web", 2: None}
     # the ADD COLUMN's default for A's existing rows: written in A's partition only, in one commit
     version = DeltaTable(sink.table_uri(A)).version()
-    assert fill_columns(sink, A, {"channel": "old"}, ["id"]) == 2
+    assert fill_columns(sink, A, {"channel": "old"}) == 2
     assert DeltaTable(sink.table_uri(A)).version() == version + 1
     assert {r["id"]: r["channel"] for r in sink.read(A).to_pylist()} == {1: "old", 2: "old"}
     assert {r["id"]: r["channel"] for r in sink.read(B).to_pylist()} == {1: None, 2: None}
@@ -99,5 +98,5 @@ def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, rewrite_
     assert "region" in sink.read(A).schema.names and sink.read(A).column("region").null_count == 2
     _snapshot(sink, B, range(5, 6), group="p3-g00000")
     staged = [StagedFile(f"{sink.table_uri(B)}/{p}", 1, s) for p, s in sink.table_files(B).items() if "p3-" in p]
-    sink.replace_with_files(B, staged, SCHEMA, {}, primary_key=["id"])
+    sink.replace_with_files(B, staged, SCHEMA, {})
     assert [r["id"] for r in sink.read(B).to_pylist()] == [5] and sink.read(A).num_rows == 2

@@ -156,7 +156,7 @@ def _snapshot(sink: DeltaSink, ts: TableSchema, rows: list[dict[str, Any]], grou
         part = rows[i : i + per]
         pq.write_table(rows_to_arrow(part, ts), path)
         staged.append(StagedFile(path, len(part), os.path.getsize(path)))
-    return sink.commit_snapshot_group(table, group, staged, schema, {"group": group}, ts.primary_key)
+    return sink.commit_snapshot_group(table, group, staged, schema, {"group": group})
 
 
 def _setup(tmp_path: Path, rows: int = 200, path: str = "merge") -> tuple[DeltaSink, TableSchema, Model]:

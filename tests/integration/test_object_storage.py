@@ -152,7 +152,7 @@ def test_two_groups_commit_to_one_delta_table_on_s3_at_the_same_moment(s3_server
     def commit(g: int) -> None:
         try:
             barrier.wait()
-            versions[g] = sink.commit_snapshot_group(table, f"g{g}", groups[g], schema, {"group": g}, ["id"])
+            versions[g] = sink.commit_snapshot_group(table, f"g{g}", groups[g], schema, {"group": g})
         except BaseException as exc:  # reported below
             errors.append(exc)
 
