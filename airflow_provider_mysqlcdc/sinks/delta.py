@@ -112,11 +112,12 @@ class DeltaSink:
         return self.routes.route_of(table) if self.routes.rules else None
 
     # ------------------------------------------------------------------ ownership
-    def owner_of(self, table: str) -> str | None:
-        """The pipeline recorded as the table's owner (None: no table, or none recorded)."""
-        if not self.exists(table):
+    def owner_of(self, table: str, dt: DeltaTable | None = None) -> str | None:
+        """The pipeline recorded as the table's owner (None: no table, or none recorded); ``dt``:
+        the table, if loaded."""
+        if dt is None and not self.exists(table):
             return None
-        return _recorded_owner(self.open(table))
+        return _recorded_owner(dt if dt is not None else self.open(table))
 
     def check_owner(self, table: str, dt: DeltaTable | None = None) -> None:
         """Raise :class:`TableOwnedError` if another pipeline owns ``table`` and it is not taken over."""
@@ -152,13 +153,14 @@ class DeltaSink:
             return True
         raise RuntimeError(f"could not record the owner of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
 
-    def declare_stats_columns(self, table: str, key: Sequence[str], schema: pa.Schema | None = None) -> None:
+    def declare_stats_columns(self, table: str, key: Sequence[str], schema: pa.Schema | None = None,
+                              opened: DeltaTable | None = None) -> None:  # fmt: skip
         """Declare on ``table`` the columns its files carry statistics for (:mod:`sinks.delta_stats`):
         those of its ``key`` that suit them. A table created before tables declared them gets them here.
         ``schema``: the columns of ``table``'s rows (default: the Delta table's own, without a routed
-        table's source columns, which are partition values)."""
+        table's source columns, which are partition values); ``opened``: the table, just loaded."""
         for attempt in range(COMMIT_ATTEMPTS):
-            dt = self.open(table)
+            dt = opened if opened is not None and attempt == 0 else self.open(table)
             if schema is None:
                 full = delta_arrow_schema(dt)
                 schema = file_schema(full) if self.route_of(table) else full

@@ -132,12 +132,14 @@ def start_stream(
         )
     sink.routes = manifest.selection.routing  # routed shards write their share of a shared table
     for t in manifest.tables:  # another pipeline's table is refused before anything runs
-        if sink.exists(t):
-            sink.check_owner(t, sink.latest(t))  # loaded once here: batches read only new log entries
-        if sink.owner is not None and sink.exists(t) and sink.owner_of(t) is None:
+        if not sink.exists(t):
+            continue
+        dt = sink.latest(t)  # loaded once here: batches read only new log entries
+        sink.check_owner(t, dt)
+        if sink.owner is not None and sink.owner_of(t, dt) is None:
             sink.claim(t)  # a table created before owners were recorded
-        if sink.exists(t):  # a table created before tables declared their statistics columns
-            sink.declare_stats_columns(t, manifest.tables[t].merge_key)
+        # a table created before tables declared their statistics columns
+        sink.declare_stats_columns(t, manifest.tables[t].merge_key, opened=dt)
     register(spark)
     staging = store.url(STAGED)
     # no batch runs yet: whatever is staged belongs to a batch that will be replayed
