@@ -127,17 +127,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _jvm_answers(spark: Any) -> bool:
-    """Whether the driver JVM still answers a trivial call, after the moment a JVM exiting on an error
-    needs to be gone (see ``explain_stream_failure``)."""
+#: How long a driver JVM that sent a Java error must go on answering to count as alive: one exiting
+#: on an error (Spark's uncaught-exception handler after an executor thread's OutOfMemoryException)
+#: runs its shutdown hooks first and answers meanwhile. (If the exit takes this process with it,
+#: ``stream_state`` explains the failure from the driver log instead.)
+JVM_EXIT_GRACE_SECONDS = 3.0
+
+
+def _jvm_answers(spark: Any, grace: float = JVM_EXIT_GRACE_SECONDS) -> bool:
+    """Whether the driver JVM still answers a trivial call throughout ``grace`` seconds (see
+    ``explain_stream_failure``); False as soon as it does not."""
     if spark is None:
         return False
-    time.sleep(0.5)
-    try:
-        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
-        return True
-    except Exception:
-        return False
+    deadline = time.monotonic() + grace
+    while True:
+        time.sleep(0.5)
+        try:
+            spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
+        except Exception:
+            return False
+        if time.monotonic() >= deadline:
+            return True
 
 
 if __name__ == "__main__":

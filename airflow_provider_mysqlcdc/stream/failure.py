@@ -22,6 +22,8 @@ _JVM_GONE_TEXT = (
     "error while receiving",
     "java gateway process exited",
     "outofmemoryerror",
+    "outofmemoryexception",  # Arrow's, around netty's OutOfDirectMemoryError
+    "outofdirectmemoryerror",
 )
 
 
@@ -87,6 +89,10 @@ def explain_stream_failure(
     java_error = any(type(e).__name__ == "Py4JJavaError" for e in chain)
     if not jvm_gone(exc) and not (java_error and jvm_answers is not None and not jvm_answers()):
         return str(exc)
+    return _jvm_went_away(where, driver_memory, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def _jvm_went_away(where: str, driver_memory: str | None, detail: str) -> str:
     mem = f" (now {driver_memory})" if driver_memory else ""
     return (
         f"the Spark driver JVM went away in {where}: most likely it ran out of memory (look for 'OutOfMemoryError' "
@@ -94,8 +100,21 @@ def explain_stream_failure(
         f"{mem}: driver_memory= on MySqlCdcStreamOperator, spark-submit --driver-memory, or spark.driver.memory. "
         "If it keeps dying on the same batch, lower max_inline_bytes (--max-inline-bytes: task output beyond it is "
         "staged instead of sent to the driver) or max_bytes_per_trigger. The stream restarts from its checkpoint; "
-        f"nothing was lost ({type(exc).__name__}: {str(exc)[:200]})"
+        f"nothing was lost ({detail})"
     )
+
+
+def explain_driver_log_error(line: str, status: StreamStatus | None) -> str | None:
+    """The failure a driver log's error line explains (None: it explains nothing by itself).
+
+    A JVM that runs out of memory exits through Spark's uncaught-exception handler and takes the
+    driver's Python process with it, which then may record no more than the call that failed
+    meanwhile ("An error occurred while calling o128.lastProgress"); the JVM's own log line says why.
+    """
+    if not any(m in line for m in _MEMORY_MARKS):
+        return None
+    where = describe_batch(None if status is None else status.current_batch)
+    return _jvm_went_away(where, None, f"driver log: {line[:200]}")
 
 
 def explain_lost_driver(reason: str, status: StreamStatus | None) -> str:
@@ -111,13 +130,18 @@ def explain_lost_driver(reason: str, status: StreamStatus | None) -> str:
 
 
 _LOG_ERROR_MARKS = ("OutOfMemoryError", "Terminating due to", "error: ", "Error: ", "Exception: ", "Killed")
+#: Driver log lines that say the JVM ran out of memory (heap, or the direct memory Arrow allocates).
+_MEMORY_MARKS = ("OutOfMemoryError", "OutOfMemoryException", "OutOfDirectMemoryError")
 
 
 def last_error_in_log(path: str, tail_bytes: int = 256 * 1024) -> str | None:
-    """The last line of a driver log that looks like the error that ended it (None if none).
+    """The line of a driver log that looks like the error that ended it (None if none): the last
+    one saying the JVM ran out of memory, else the last error line.
 
     A driver killed from outside (the OOM killer, ``kill -9``) records nothing itself; its log on
     this host often still says why (the JVM's ``Terminating due to java.lang.OutOfMemoryError``).
+    An out-of-memory error wins over the errors after it, which are its consequences (a broken
+    pipe to a Python worker, a missing broadcast block).
     """
     try:
         with open(path, "rb") as f:
@@ -127,11 +151,22 @@ def last_error_in_log(path: str, tail_bytes: int = 256 * 1024) -> str | None:
             lines = f.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return None
+    last = None
     for line in reversed(lines):
         text = line.strip()
-        if text and any(m in text for m in _LOG_ERROR_MARKS) and not text.startswith("at "):
+        if not text or text.startswith("at ") or not any(m in text for m in (*_LOG_ERROR_MARKS, *_MEMORY_MARKS)):
+            continue
+        if any(m in text for m in _MEMORY_MARKS):
             return text[:400]
-    return None
+        last = last or text[:400]
+    return last
 
 
-__all__ = ["describe_batch", "explain_lost_driver", "explain_stream_failure", "jvm_gone", "last_error_in_log"]
+__all__ = [
+    "describe_batch",
+    "explain_driver_log_error",
+    "explain_lost_driver",
+    "explain_stream_failure",
+    "jvm_gone",
+    "last_error_in_log",
+]

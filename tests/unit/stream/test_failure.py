@@ -82,3 +82,75 @@ def test_a_java_error_from_a_jvm_that_then_stops_answering_is_a_vanished_jvm(tmp
     asked = []
     plain = explain_stream_failure(ValueError("bad"), _store(tmp_path, BATCH), "1g", lambda: asked.append(1) or False)
     assert plain == "bad" and not asked  # only a Java error makes it ask
+
+
+class _DyingJvm:
+    """A driver JVM (as ``spark.sparkContext._jvm`` sees it) that answers until ``dies_at``."""
+
+    def __init__(self, dies_at: float) -> None:
+        self.dies_at = dies_at
+        self.sparkContext = self
+        self._jvm = self
+        self.java = self
+        self.lang = self
+        self.System = self
+
+    def currentTimeMillis(self) -> int:  # Java's name
+        import time
+
+        if time.monotonic() >= self.dies_at:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return int(time.time() * 1000)
+
+
+def test_a_jvm_still_running_its_shutdown_hooks_is_not_taken_for_alive() -> None:
+    """Spark's uncaught-exception handler exits the JVM through its shutdown hooks, answering
+    meanwhile: a JVM that stops answering within the grace went away; one answering throughout lives."""
+    import time
+
+    from airflow_provider_mysqlcdc.jobs.stream import _jvm_answers
+
+    assert not _jvm_answers(_DyingJvm(time.monotonic() + 1.2), grace=3.0)
+    assert _jvm_answers(_DyingJvm(time.monotonic() + 60), grace=1.0)
+    assert not _jvm_answers(None)
+    assert jvm_gone(RuntimeError("org.apache.arrow.memory.OutOfMemoryException: Failure allocating buffer."))
+    assert jvm_gone(RuntimeError("io.netty.util.internal.OutOfDirectMemoryError: failed to allocate"))
+
+
+def test_a_driver_log_out_of_memory_names_the_batch_when_the_driver_could_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The JVM's exit took the driver's Python with it before it could explain: the run record holds
+    only the call that failed meanwhile, and the driver log's out-of-memory line (not the broken pipe
+    and missing block after it) makes the reason."""
+    import socket
+    import subprocess
+    import time
+
+    from airflow_provider_mysqlcdc.core.stream_state import LaunchHandle
+    from airflow_provider_mysqlcdc.stream.failure import last_error_in_log
+
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "26/11/26 13:24:37 ERROR Executor: Exception in task 0.0 in stage 0.0 (TID 0)\n"
+        "org.apache.arrow.memory.OutOfMemoryException: Failure allocating buffer.\n"
+        "\tat org.apache.arrow.memory.BaseAllocator.buffer(BaseAllocator.java:1)\n"
+        "Caused by: io.netty.util.internal.OutOfDirectMemoryError: failed to allocate 268435456 byte(s)\n"
+        "26/11/26 13:24:37 ERROR TaskSetManager: Task 0 in stage 0.0 failed 1 times; aborting job\n"
+        "BrokenPipeError: [Errno 32] Broken pipe\n"
+        "org.apache.spark.SparkException: Block broadcast_0 does not exist\n"
+    )
+    assert "OutOfDirectMemoryError" in (last_error_in_log(str(log)) or "")
+    plain = tmp_path / "plain.log"
+    plain.write_text("ValueError: one\nsome output\nRuntimeError: two\n")
+    assert last_error_in_log(str(plain)) == "RuntimeError: two"
+
+    store = _store(tmp_path, BATCH)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    store.write_json(RUN, {"run_id": "r", "state": "failed", "pid": dead.pid, "host": socket.gethostname(),
+                           "heartbeat_at": time.time(),
+                           "error": "An error occurred while calling o128.lastProgress"})  # fmt: skip
+    store.write_handle(LaunchHandle(run_id="r", log_path=str(log)))
+    reason = stream_state(store)["reason"]
+    assert "Spark driver JVM went away in batch 7" in reason and "OutOfDirectMemoryError" in reason, reason
+    log.write_text("RuntimeError: the stream failed: a query error\n")
+    assert "JVM went away" not in stream_state(store)["reason"]
