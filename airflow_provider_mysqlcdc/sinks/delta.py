@@ -140,18 +140,15 @@ class DeltaSink:
         """Record this sink's owner on ``table`` if it records another or none; True if it changed."""
         if self.owner is None or not self.exists(table):
             return False
-        for attempt in range(COMMIT_ATTEMPTS):
-            dt = self.open(table)
-            if _recorded_owner(dt) == self.owner:
-                return False
-            try:
-                dt.alter.set_table_properties({OWNER_PROPERTY: self.owner}, raise_if_not_exists=False)
-            except CommitFailedError:  # a concurrent commit (another group): read again
-                time.sleep(min(0.05 * (attempt + 1), 1.0))
-                continue
-            log.info("%s: now owned by pipeline %s", table, self.owner)
-            return True
-        raise RuntimeError(f"could not record the owner of {table}: {COMMIT_ATTEMPTS} attempts conflicted")
+        owner = self.owner
+
+        def wanted(dt: DeltaTable) -> dict[str, str] | None:
+            return None if _recorded_owner(dt) == owner else {OWNER_PROPERTY: owner}
+
+        changed = self._set_properties(table, wanted, "record the owner of")
+        if changed:
+            log.info("%s: now owned by pipeline %s", table, owner)
+        return changed
 
     def declare_stats_columns(self, table: str, key: Sequence[str], schema: pa.Schema | None = None,
                               opened: DeltaTable | None = None) -> None:  # fmt: skip
@@ -159,23 +156,37 @@ class DeltaSink:
         those of its ``key`` that suit them. A table created before tables declared them gets them here.
         ``schema``: the columns of ``table``'s rows (default: the Delta table's own, without a routed
         table's source columns, which are partition values); ``opened``: the table, just loaded."""
+        declared: list[str] = []
+
+        def wanted(dt: DeltaTable) -> dict[str, str] | None:
+            columns = schema
+            if columns is None:
+                full = delta_arrow_schema(dt)
+                columns = file_schema(full) if self.route_of(table) else full
+            declared[:] = stats_columns_for(columns, list(key))
+            if declared_stats_columns(dt.metadata().configuration) == declared:
+                return None
+            return stats_properties(declared)
+
+        if self._set_properties(table, wanted, "declare the statistics columns of", opened):
+            log.info("%s: file statistics declared for %s", table, ", ".join(declared) or "no column")
+
+    def _set_properties(self, table: str, wanted: Callable[[DeltaTable], dict[str, str] | None], what: str,
+                        opened: DeltaTable | None = None) -> bool:  # fmt: skip
+        """Set the table properties ``wanted(table)`` asks for (None: nothing to change), reading the
+        table again after a concurrent commit (another group's); True if a commit was made."""
         for attempt in range(COMMIT_ATTEMPTS):
             dt = opened if opened is not None and attempt == 0 else self.open(table)
-            if schema is None:
-                full = delta_arrow_schema(dt)
-                schema = file_schema(full) if self.route_of(table) else full
-            want = stats_columns_for(schema, list(key))
-            if declared_stats_columns(dt.metadata().configuration) == want:
-                return
+            properties = wanted(dt)
+            if properties is None:
+                return False
             try:
-                dt.alter.set_table_properties(stats_properties(want), raise_if_not_exists=False)
-            except CommitFailedError:  # a concurrent commit (another group): read again
+                dt.alter.set_table_properties(properties, raise_if_not_exists=False)
+            except CommitFailedError:
                 time.sleep(min(0.05 * (attempt + 1), 1.0))
                 continue
-            log.info("%s: file statistics declared for %s", table, ", ".join(want) or "no column")
-            return
-        raise RuntimeError(f"could not declare the statistics columns of {table}: {COMMIT_ATTEMPTS} attempts "
-                           "conflicted")
+            return True
+        raise RuntimeError(f"could not {what} {table}: {COMMIT_ATTEMPTS} attempts conflicted with other commits")
 
     def table_uri(self, table: str) -> str:
         route = self.route_of(table)

@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable
 from airflow_provider_mysqlcdc.sinks.delta_merge import delta_arrow_schema
 from airflow_provider_mysqlcdc.sinks.delta_schema import column_signature
-from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, file_stats, merge_range
+from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, exact_json, file_stats, merge_range
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -94,7 +94,7 @@ def stats_json(path: str, rows: int, columns: list[str] | None, storage: lake_st
                 ci = names.index(col)
                 for rg in range(md.num_row_groups):
                     st = md.row_group(rg).column(ci).statistics
-                    if st is None or not st.has_min_max or not _exact_json(st.min) or not _exact_json(st.max):
+                    if st is None or not st.has_min_max or not exact_json(st.min) or not exact_json(st.max):
                         ranges.pop(col, None)
                         break
                     merge_range(ranges, col, st.min, st.max, st.null_count if st.has_null_count else 1)
@@ -102,10 +102,6 @@ def stats_json(path: str, rows: int, columns: list[str] | None, storage: lake_st
             log.debug("no stats for %s: %s", path, exc)
             ranges = {}
     return file_stats(rows, ranges, columns)
-
-
-def _exact_json(value: Any) -> bool:
-    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 def commit_file_actions(

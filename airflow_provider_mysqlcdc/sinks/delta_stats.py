@@ -35,6 +35,11 @@ def stats_columns_for(schema: pa.Schema, key: list[str]) -> list[str]:
     return out
 
 
+def exact_json(value: Any) -> bool:
+    """Whether a Parquet statistic value goes to Delta's JSON statistics exactly (ints and strings)."""
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
 def stats_properties(columns: list[str]) -> dict[str, str]:
     """The table properties declaring ``columns`` as the only ones with statistics."""
     if not columns:
@@ -89,6 +94,7 @@ __all__ = [
     "INDEXED_COLUMNS",
     "STATS_COLUMNS",
     "declared_stats_columns",
+    "exact_json",
     "file_stats",
     "merge_range",
     "stats_columns_for",

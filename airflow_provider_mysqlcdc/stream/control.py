@@ -119,11 +119,11 @@ def stream_state(store: StateStore) -> dict[str, Any]:
 
         reason = explain_lost_driver(reason, status)
     if not running and state in (*LIVE_STATES, "failed") and handle.log_path:
-        from airflow_provider_mysqlcdc.stream.failure import explain_driver_log_error, last_error_in_log
+        from airflow_provider_mysqlcdc.stream.failure import explain_driver_log_error, last_error_in_log, names_dead_jvm
 
         found = last_error_in_log(handle.log_path)
         explained = None if found is None else explain_driver_log_error(found, status)
-        if explained and "JVM went away" not in str(run.error or ""):
+        if explained and not names_dead_jvm(run.error):
             reason = explained
         elif found and found not in (reason or "") and found not in str(run.error or ""):
             reason = f"{reason or run.error or 'the stream died'} — last error in its driver log: {found}"

@@ -92,10 +92,19 @@ def explain_stream_failure(
     return _jvm_went_away(where, driver_memory, f"{type(exc).__name__}: {str(exc)[:200]}")
 
 
+#: The words every explanation of a dead driver JVM starts with (:func:`names_dead_jvm`).
+JVM_WENT_AWAY = "the Spark driver JVM went away"
+
+
+def names_dead_jvm(error: str | None) -> bool:
+    """Whether a recorded error already explains that the driver JVM died (so a log line adds nothing)."""
+    return JVM_WENT_AWAY in (error or "")
+
+
 def _jvm_went_away(where: str, driver_memory: str | None, detail: str) -> str:
     mem = f" (now {driver_memory})" if driver_memory else ""
     return (
-        f"the Spark driver JVM went away in {where}: most likely it ran out of memory (look for 'OutOfMemoryError' "
+        f"{JVM_WENT_AWAY} in {where}: most likely it ran out of memory (look for 'OutOfMemoryError' "
         "in the driver log) or it was killed. Raise the driver memory"
         f"{mem}: driver_memory= on MySqlCdcStreamOperator, spark-submit --driver-memory, or spark.driver.memory. "
         "If it keeps dying on the same batch, lower max_inline_bytes (--max-inline-bytes: task output beyond it is "
@@ -163,10 +172,12 @@ def last_error_in_log(path: str, tail_bytes: int = 256 * 1024) -> str | None:
 
 
 __all__ = [
+    "JVM_WENT_AWAY",
     "describe_batch",
     "explain_driver_log_error",
     "explain_lost_driver",
     "explain_stream_failure",
     "jvm_gone",
     "last_error_in_log",
+    "names_dead_jvm",
 ]
