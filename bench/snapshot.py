@@ -14,8 +14,9 @@ and one Spark session (local[2]):
   fetchsize 10000) written to Parquet, no consistency work;
 * cli: ``mariadb --quick`` reading the table to /dev/null.
 
-The three run interleaved for ``--rounds`` rounds (each snapshot on a fresh pipeline and Delta
-root) and the best run of each side counts; ``ratio_of_medians_vs_spark_jdbc`` and the per-round
+After one untimed warm-up run of the plain read and of the snapshot, the three run interleaved
+for ``--rounds`` rounds (each snapshot on a fresh pipeline and Delta root) and the best run of
+each side counts; ``ratio_of_medians_vs_spark_jdbc`` and the per-round
 times are reported too. Why rounds: on a shared 2-core machine one run of either side varies by
 +-20 % (measured: the plain read 2.9-3.8 s within an hour), more than the effects being tuned.
 
@@ -157,9 +158,12 @@ def main() -> int:
                      sum(x.window_changes for x in results))
             return {"seconds": snap_secs, "plan_seconds": plan_secs, "rows": snap_rows, "groups": len(plan.groups),
                     "chunks": len(plan.splits), "window_changes": sum(x.window_changes for x in results),
-                    "writer_changes": writer.done}
+                    "writer_changes": writer.done, "replayed_in_task": sum(x.replayed_in_task for x in results)}
 
-        spark_jdbc(f"{work}/warmup")  # JVM/JIT warm-up, not timed
+        # One untimed run of each side first: the JVM's JIT for the plain read; Spark's Python workers
+        # (connectorx, pyarrow and this package imported) and delta-rs for the snapshot.
+        spark_jdbc(f"{work}/warmup")
+        log.info("warm-up snapshot (not timed): %.2fs", snapshot(-1)["seconds"])
         jdbc_runs, cli_runs, snaps = [], [], []
         for r in range(args.rounds):  # interleaved, so drift in the machine's load hits both sides
             jdbc_runs.append(spark_jdbc(f"{work}/plain{r}"))
@@ -186,6 +190,7 @@ def main() -> int:
             "cli_seconds": round(cli_secs, 3),
             "window_changes": best["window_changes"],
             "writer_changes": best["writer_changes"],
+            "chunks_replayed_in_task": best["replayed_in_task"],
             "snapshot_rows_per_s": round(snap_rows / snap_secs),
             "spark_jdbc_rows_per_s": round(args.rows / jdbc_secs),
             "cli_rows_per_s": round(args.rows / cli_secs),

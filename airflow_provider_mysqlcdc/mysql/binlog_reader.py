@@ -72,6 +72,12 @@ _ONLY_EVENTS = [
 
 #: The host name every reader reports to the source in SHOW SLAVE HOSTS.
 REPORT_HOST = "mysqlcdc"
+#: The ``server_id`` of a one-shot read: bounded and non-blocking, registered as no replica, like
+#: ``mysqlbinlog --read-from-remote-server``. MySQL and MariaDB kick an older reader with the same
+#: non-zero id off (a reconnecting replica replaces its zombie), never for id 0, so any number of
+#: one-shot reads run beside the pipeline's replicas without an id of their own
+#: (docs/architecture.md, "Replication server_ids").
+ONE_SHOT_SERVER_ID = 0
 
 
 class BinlogRangeReader(BinlogEventStateMachine):
@@ -127,8 +133,10 @@ class BinlogRangeReader(BinlogEventStateMachine):
         emit_from: BinlogOffset | None = None,
         emit_to: BinlogOffset | None = None,
     ) -> None:
-        if not (1 <= int(server_id) < 2**32):
-            raise ValueError(f"server_id must be in 1..2^32-1, got {server_id}")
+        if int(server_id) == ONE_SHOT_SERVER_ID and (blocking or end is None):
+            raise ValueError("a one-shot read (server_id 0) must be bounded (end) and non-blocking")
+        if not (0 <= int(server_id) < 2**32):
+            raise ValueError(f"server_id must be in 1..2^32-1 (or 0 for a one-shot read), got {server_id}")
         if heartbeat_seconds <= 0:
             raise ValueError(f"heartbeat_seconds must be > 0, got {heartbeat_seconds}")
         super().__init__(
@@ -185,7 +193,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
             server_id=self.server_id,
             # Registered as a replica named "mysqlcdc": SHOW SLAVE HOSTS (SHOW REPLICAS) lists every
             # running reader with its server_id (docs/architecture.md, "Replication server_ids").
-            report_slave=REPORT_HOST,
+            report_slave=REPORT_HOST if self.server_id != ONE_SHOT_SERVER_ID else None,
             # is_mariadb=True without auto_position ignores log_file/log_pos (docs/architecture.md,
             # "Pitfalls"); the file/pos dump works on MariaDB with is_mariadb=False.
             is_mariadb=False,
@@ -241,4 +249,4 @@ class BinlogRangeReader(BinlogEventStateMachine):
         return None
 
 
-__all__ = ["BinlogRangeReader", "BinlogReadError", "BinlogReaderInterrupted", "RowConverter"]
+__all__ = ["ONE_SHOT_SERVER_ID", "BinlogRangeReader", "BinlogReadError", "BinlogReaderInterrupted", "RowConverter"]

@@ -3,7 +3,8 @@
 Step 4 of the watermark bracket (``snapshot/group.py``): the rows the group staged were read at
 some point between LW and HW, so every key the window touches may be stale in them. A chunk whose
 reader took its own watermarks (``TableWork.windows``) takes only the changes of its own window
-(``core/chunk_window.py``); the others take the group's. Per table:
+(``core/chunk_window.py``); the others take the group's; a chunk whose task already replayed its
+own window (``TableWork.replayed``, ``snapshot/chunk_replay.py``) takes none. Per table:
 
 1. the window's changes are decoded once (the stream's reader and decoder, key-only before
    images) into change blocks and folded by key (``spill/bucketed_fold.py``): the last image of
@@ -72,10 +73,14 @@ def replay_window(
     ``server_id`` is the replication id of the window's reader: the group's own
     (``ServerIdLayout.group_id``, ``core/server_ids.py``).
     ``window_bytes`` (the binlog bytes of the window) sizes the fold's buckets; ``threads`` chunk
-    files are matched and rewritten at once. Returns the number of changes to the group's tables in
-    the window.
+    files are matched and rewritten at once. Returns the number of changes replayed: those of the
+    window that fall in some chunk's window (the group's, or a chunk's own).
     """
-    by_table = {w.table: w for w in work}
+    # chunks whose task replayed their own window (snapshot/chunk_replay.py) are done; so is a table
+    # with nothing else, and a group with nothing else reads no binlog at all
+    by_table = {w.table: w for w in work if any(s.split_id not in w.replayed for s in w.splits)}
+    if not by_table:
+        return 0
     if scratch_dir:
         os.makedirs(scratch_dir, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="mysqlcdc-window-", dir=scratch_dir)
@@ -88,7 +93,8 @@ def replay_window(
     before_cols = {t: key_image_columns(w.pk_cols, w.chunk_cols) for t, w in by_table.items()}
     builders = {t: BlockBuilder(block_schema(w.arrow_schema, before_cols[t])) for t, w in by_table.items()}
     converters = {t: binlog_values.binlog_row_converter(w.schema) for t, w in by_table.items()}
-    windows = {t: ChunkWindows(w.locator, {s.split_id: w.windows.get(s.split_id, (low, high)) for s in w.splits})
+    windows = {t: ChunkWindows(w.locator, {s.split_id: w.windows.get(s.split_id, (low, high)) for s in w.splits
+                                           if s.split_id not in w.replayed})
                for t, w in by_table.items() if w.windows}  # fmt: skip
     n = kept = 0
     try:
@@ -131,7 +137,7 @@ def replay_window(
         for f in folds.values():
             f.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    return n
+    return kept
 
 
 def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_bytes: int, threads: int) -> int:

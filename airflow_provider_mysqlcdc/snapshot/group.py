@@ -20,8 +20,9 @@ watermark; the stream emits a change to a key of the chunk iff it starts at or a
 Where the native reader reads a chunk it also brackets that chunk on its own (a consistent
 snapshot's LW just before its SELECT, HW once its rows are in memory): the same argument holds
 per chunk, and the chunk's window ``[LW(chunk), HW(chunk))`` — its read, not the whole group's —
-is all that is replayed onto it (``core/chunk_window.py``), and its own HW is what it reports. A
-writer spread over the table then leaves most staged files untouched. Tables whose snapshot rows
+is all that is replayed onto it (``core/chunk_window.py``), and its own HW is what it reports. Its
+task replays that window itself before writing the file (``snapshot/chunk_replay.py``), so a writer
+spread over the table leaves the group no staged file to rewrite. Tables whose snapshot rows
 carry the group's HW (metadata columns, changelog) keep the group's window.
 :func:`snapshot_group` is that algorithm, one step per line; the steps live below it, the staging
 in ``snapshot/staging.py`` and the replay in ``snapshot/binlog_window.py``.
@@ -98,6 +99,7 @@ class GroupResult:
     seconds: float
     window_changes: int
     read_seconds: float = 0.0  # staging: the chunks' reads (what max_rows_per_second paces)
+    replayed_in_task: int = 0  # chunks whose own window their reading task replayed (chunk_replay.py)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -110,6 +112,7 @@ class GroupResult:
             "seconds": round(self.seconds, 3),
             "read_seconds": round(self.read_seconds, 3),
             "window_changes": self.window_changes,
+            "chunks_replayed_in_task": self.replayed_in_task,
         }
 
 
@@ -188,6 +191,8 @@ def snapshot_group(
 ) -> GroupResult:
     """The watermark bracket around one group: LW, stage, HW, replay ``[LW, HW)``, commit, report."""
     g, tables = run.key, ", ".join(run.group.tables)
+    for w in run.work:  # rows stamped with the group's HW take the group's window (_keep_own_windows)
+        w.replay_in_task = not opts.skip_backfill and not w.metadata_columns and w.table not in run.changelog
     with _source_session(settings, run.group.group_id) as source:
         low = source.low_watermark(hooks)
         log.info("group %s: low watermark %s", g, low)
@@ -208,6 +213,7 @@ def snapshot_group(
 
     changes = _replay_window(settings, low, high, run, window_bytes, opts)
     log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes", g, low, high, tables, changes)
+    changes += sum(c for w in run.work for c in w.replayed.values())
 
     _stamp_snapshot_rows(run, high, high_taken_at)
     versions = _commit(sink, run, low, high)
@@ -375,7 +381,8 @@ def _report(store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOff
             f = w.files.get(s.split_id)
             lw, hw = w.windows.get(s.split_id, (low, high))
             chunks.append(ChunkResult(w.table, s.split_id, gid, lw, hw, f.rows if f else 0, round(secs, 3)))
-    result = GroupResult(gid, low, high, chunks, sum(c.rows for c in chunks), secs, changes, run.read_seconds)
+    result = GroupResult(gid, low, high, chunks, sum(c.rows for c in chunks), secs, changes, run.read_seconds,
+                         sum(len(w.replayed) for w in run.work))  # fmt: skip
     staged = {w.table: _nonempty(w) for w in run.work if w.table in run.deferred}
     store.write_group_report(run.plan_id, GroupReport(gid, chunks, result.summary(), run.attempt, staged))
     return result

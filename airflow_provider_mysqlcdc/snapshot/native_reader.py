@@ -16,8 +16,9 @@ object store (written from the task's Python through :class:`~airflow_provider_m
 
 Each chunk also gets its own watermarks here (docs/architecture.md, "The watermark bracket"): a
 consistent snapshot's offset just before its SELECT and the current offset once its rows are in
-memory. The group replays only those per-chunk windows onto the staged files, so a writer spread
-over the table no longer makes every staged file stale for the whole group's read.
+memory. The task then replays that window onto the rows before writing them
+(``snapshot/chunk_replay.py``), so a writer spread over the table leaves the group no staged file
+to rewrite; a chunk whose window the task could not replay is left to the group's replay.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.core.throttle import pause_after_read
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.snapshot.chunk_replay import ChunkReplay
 from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage, local_path
 
 
@@ -47,6 +49,8 @@ class StagedChunk(NamedTuple):
     bytes: int
     low_watermark: BinlogOffset | None = None  # None: the group's bracket applies (no own watermarks)
     high_watermark: BinlogOffset | None = None
+    replayed: bool = False  # the rows are as of the chunk's own HW: its window was replayed in the task
+    window_changes: int = 0  # how many changes of its window that replay applied
 
 
 class _Watermarks:
@@ -120,10 +124,12 @@ def stage_chunk(
     storage: LakeStorage = LOCAL,
     slot_rate: float | None = None,
     marks: _Watermarks | None = None,
+    replay: ChunkReplay | None = None,
 ) -> StagedChunk:
     """Read one chunk and write it as one Parquet file; runs in a Spark task (Python worker).
     With ``slot_rate`` (rows/s) the task then waits until the chunk fits that rate (``core/throttle.py``);
-    with ``marks`` the chunk's own LW and HW bracket its read.
+    with ``marks`` the chunk's own LW and HW bracket its read, and with ``replay`` too the changes
+    of that window are replayed onto the rows before they are written.
 
     Errors come back as RuntimeError with the server's or
     the driver's message (connectorx reports a Rust panic as a BaseException; it is converted so
@@ -143,10 +149,17 @@ def stage_chunk(
             raise
         raise RuntimeError(f"reading {schema.table} failed: the native reader crashed: {exc}") from None
     table = projection.canonicalize_native(raw, schema)
+    replayed = None
+    if replay is not None and low is not None and high is not None:
+        replayed = replay.replay(settings, table, index, low, high)
+        if replayed is not None:
+            table = replayed.rows
     path = f"{local_path(staging_dir).rstrip('/')}/part-{index:05d}-{uuid.uuid4().hex}.parquet"
     size = storage.write_parquet(table, path, use_dictionary=dictionary_columns or False)
     time.sleep(pause_after_read(table.num_rows, time.monotonic() - started, slot_rate))
-    return StagedChunk(index, path, table.num_rows, size, low, high)
+    if replayed is None:
+        return StagedChunk(index, path, table.num_rows, size, low, high)
+    return StagedChunk(index, path, table.num_rows, size, low, high, True, replayed.changes)
 
 
 def stage_chunks(
@@ -158,15 +171,18 @@ def stage_chunks(
     storage: LakeStorage = LOCAL,
     slot_rate: float | None = None,
     chunk_watermarks: bool = True,
+    replay: ChunkReplay | None = None,
 ) -> list[StagedChunk]:
-    """One Spark task per chunk; returns what :func:`stage_chunk` returned, in chunk order."""
+    """One Spark task per chunk; returns what :func:`stage_chunk` returned, in chunk order.
+    ``replay`` (with ``chunk_watermarks``): each task replays its chunk's own window."""
     dictionary = cdc_types.dictionary_columns(schema)
     tasks = list(enumerate(predicates))
     rdd = spark.sparkContext.parallelize(tasks, len(tasks))
 
     def read(task: tuple[int, str]) -> StagedChunk:
         with _watermarks(settings, chunk_watermarks) as marks:
-            return stage_chunk(settings, schema, task[0], task[1], staging_dir, dictionary, storage, slot_rate, marks)
+            return stage_chunk(settings, schema, task[0], task[1], staging_dir, dictionary, storage, slot_rate, marks,
+                               replay if marks is not None else None)  # fmt: skip
 
     return sorted(rdd.map(read).collect())
 

@@ -36,6 +36,7 @@ from airflow_provider_mysqlcdc.mysql import jdbc as mysql_jdbc
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.snapshot.chunk_replay import ChunkReplay
 from airflow_provider_mysqlcdc.snapshot.jdbc_staging import jdbc_frame, remove_unlisted, stage_with_jdbc
 from airflow_provider_mysqlcdc.snapshot.native_reader import (
     StagedChunk,
@@ -91,6 +92,11 @@ class TableWork:
     # split_id -> the chunk's own (LW, HW) where its reader took them (native reader); the other
     # chunks take the group's bracket (docs/architecture.md, "The watermark bracket")
     windows: dict[int, tuple[BinlogOffset, BinlogOffset]] = field(default_factory=dict)
+    # Whether a native-reader task replays its chunk's own window before writing it
+    # (``snapshot/chunk_replay.py``); split id -> changes replayed, of the chunks whose task did: the
+    # group's replay skips them.
+    replay_in_task: bool = False
+    replayed: dict[int, int] = field(default_factory=dict)
 
     @property
     def lake_schema(self) -> pa.Schema:
@@ -221,7 +227,7 @@ def _stage_small_tables(
     except Exception as exc:
         raise SnapshotError(_explain_read_error(", ".join(w.table for w in small), exc)) from exc
     for w, chunk in zip(small, staged, strict=True):
-        w.files, w.windows = _adopt([(w.splits[0].split_id, chunk)])
+        w.files, w.windows, _ = _adopt([(w.splits[0].split_id, chunk)])
         remove_unlisted(w.staging, {chunk.path}, w.storage)
 
 
@@ -312,21 +318,32 @@ def _stage_natively(
     slot_rate: float | None,
     chunk_watermarks: bool,
 ) -> None:
-    staged = stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage, slot_rate, chunk_watermarks)
-    w.files, w.windows = _adopt([(w.splits[c.index].split_id, c) for c in staged])
+    replay = None
+    if w.replay_in_task and chunk_watermarks:
+        replay = ChunkReplay(w.schema, w.arrow_schema, w.locator, tuple(s.split_id for s in w.splits),
+                             tuple(w.pk_cols), tuple(w.chunk_cols))  # fmt: skip
+    staged = stage_chunks(spark, settings, w.schema, predicates, w.staging, w.storage, slot_rate, chunk_watermarks,
+                          replay)  # fmt: skip
+    w.files, w.windows, w.replayed = _adopt([(w.splits[c.index].split_id, c) for c in staged])
     remove_unlisted(w.staging, {f.path for f in w.files.values()}, w.storage)
+    if replay is not None:
+        log.info("%s: %d of %d chunks replayed their own window in their task (%d changes); the group replays "
+                 "the rest", w.table, len(w.replayed), len(staged), sum(w.replayed.values()))  # fmt: skip
 
 
 def _adopt(
     staged: list[tuple[int, StagedChunk]],
-) -> tuple[dict[int, StagedFile], dict[int, tuple[BinlogOffset, BinlogOffset]]]:
-    """The staged file of each chunk (by split id), and the chunks' own windows where they have one."""
-    files, windows = {}, {}
+) -> tuple[dict[int, StagedFile], dict[int, tuple[BinlogOffset, BinlogOffset]], dict[int, int]]:
+    """The staged file of each chunk (by split id), the chunks' own windows where they have one, and
+    the changes replayed by the chunks whose task replayed that window."""
+    files, windows, replayed = {}, {}, {}
     for sid, chunk in staged:
         files[sid] = StagedFile(chunk.path, chunk.rows, chunk.bytes, [sid])
         if chunk.low_watermark is not None and chunk.high_watermark is not None:
             windows[sid] = (chunk.low_watermark, chunk.high_watermark)
-    return files, windows
+            if chunk.replayed:
+                replayed[sid] = chunk.window_changes
+    return files, windows, replayed
 
 
 def _warm_rewrite_path(schemas: list[pa.Schema]) -> None:

@@ -140,7 +140,10 @@ def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_
         hooks.stall_reads_at = {table: ((250,), 8.0)}
     result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, opts, test_hooks=hooks)
     assert fired == [point]
-    assert result.window_changes > 0
+    if reader == "native" and point != "during_read":  # the DML is outside every chunk's own window
+        assert result.window_changes == 0
+    else:  # replayed: by chunk 0's task (native), by the group (JDBC)
+        assert result.window_changes > 0
     group0_after_dml = _chunk_rows_now(mariadb, plan, 0)
     recs = store.read_all_results("p1")
     assert sorted((r.table, r.split_id) for r in recs) == [(table, i) for i in range(6)]
@@ -166,6 +169,31 @@ def test_concurrent_dml_at_each_point(point: str, reader: str, mariadb, db, cdc_
         assert own[0].low_watermark <= marks["before"] and own[0].high_watermark >= marks["after"]
     _assert_group_matches(sink, plan, table, 0, group0_at_hw)
     _assert_group_matches(sink, plan, table, 1, group1_at_hw)
+
+
+def test_chunk_window_over_two_binlog_files_is_left_to_the_group(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A chunk's task replays only a window inside one binlog file; this one spans a rotation, so
+    the group's replay brings the chunk to its HW instead (snapshot/chunk_replay.py)."""
+    table = _make_table(mariadb, db)
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    plan = _plan(cdc_settings, store, table)
+
+    def dml() -> None:
+        _wait_for_stalled_select(mariadb)  # chunk 0's SELECT is in flight, stalled at id 250
+        mariadb.execute(f"UPDATE {table} SET v = -1 WHERE id = 42", f"DELETE FROM {table} WHERE id = 43")
+        mariadb.flush_binary_logs()
+        mariadb.execute(f"UPDATE {table} SET id = 49000 WHERE id = 44", f"INSERT INTO {table} VALUES (0, 2, 'new')")
+
+    hooks = SnapshotTestHooks(during_read=dml)
+    hooks.stall_reads_at = {table: ((250,), 8.0)}
+    result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(reader="native"),
+                                test_hooks=hooks)  # fmt: skip
+    chunk0 = next(r for r in store.read_all_results("p1") if r.split_id == 0)
+    assert chunk0.low_watermark.file != chunk0.high_watermark.file
+    assert result.replayed_in_task < len(plan.groups[0].splits)  # not chunk 0
+    assert result.window_changes >= 4  # 42, 43, 44's delete-half, 0: chunk 0's
+    _assert_group_matches(sink, plan, table, 0, _chunk_rows_now(mariadb, plan, 0))
 
 
 def _wait_for_stalled_select(mariadb: Any, timeout: float = 120.0) -> None:
@@ -196,9 +224,9 @@ def test_window_spans_rotation_and_many_files(mariadb, db, cdc_settings, spark, 
             mariadb.execute(f"UPDATE {table} SET v = v + 1 WHERE id BETWEEN {i * 200 + 1} AND {i * 200 + 50}")
         mariadb.flush_binary_logs()
 
-    result = run_snapshot_group(
-        spark, cdc_settings, store, "p1", 0, sink, test_hooks=SnapshotTestHooks(after_low_watermark=rotate_and_write)
-    )
+    # JDBC chunks take the group's window, so the whole window, over seven binlog files, is replayed
+    result = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(reader="jdbc"),
+                                test_hooks=SnapshotTestHooks(after_low_watermark=rotate_and_write))  # fmt: skip
     assert result.high_watermark.file_number >= result.low_watermark.file_number + 7
     assert result.window_changes == 6 * 50
     _assert_group_matches(sink, plan, table, 0, _chunk_rows_now(mariadb, plan, 0))
