@@ -212,7 +212,9 @@ def snapshot_group(
     _keep_own_windows(run)
 
     changes = _replay_window(settings, low, high, run, window_bytes, opts)
-    log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes", g, low, high, tables, changes)
+    done = sum(len(w.replayed) for w in run.work)
+    log.info("group %s: replayed the binlog window [%s, %s) onto %s: %d changes; %d of %d chunks had replayed "
+             "their own window in their task", g, low, high, tables, changes, done, len(run.group.splits))  # fmt: skip
     changes += sum(c for w in run.work for c in w.replayed.values())
 
     _stamp_snapshot_rows(run, high, high_taken_at)

@@ -353,6 +353,50 @@ def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, s
     assert cmp.source_rows == 4
 
 
+def test_chunk_window_rows_of_every_type_replayed_in_the_task(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Native reader: changes made while a chunk's SELECT runs are replayed by its own task
+    (snapshot/chunk_replay.py) in the values the native reader stages, for every type."""
+    from tests.support.verify import compare
+
+    t = f"`{db}`.wide"
+    mariadb.execute(
+        WIDE.format(t=t),
+        f"""INSERT INTO {t} VALUES
+          (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
+           '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{{"k": [1, "ü"]}}', 'y', 'a,b', b'10101', b'1'),
+          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+          (9, 1, 1, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""",
+    )
+    store = StateStore(str(tmp_path / "state"), "pipe")
+    sink = DeltaSink(str(tmp_path / "lake"))
+    with cdc_settings.connect() as conn:
+        plan = plan_snapshot(conn, [f"{db}.wide"], 3, 64)  # one chunk: every change is in its window
+    store.write_plan("p1", plan.to_dict())
+
+    def changes() -> None:
+        _wait_for_stalled_select(mariadb)
+        mariadb.execute(
+            "SET time_zone = '+05:00'",
+            f"""INSERT INTO {t} VALUES (3, 1, 2, 3.5, 0.25, '2025-05-05 05:05:05.5', '2025-05-05 05:05:05.123',
+              '2025-05-05',
+              '100:00:00.01', 2155, 'neu', 'x', X'ab', X'ff', '{{"a": null}}', 'x', 'b', b'11111', b'1')""",
+            f"UPDATE {t} SET i8 = 7, s = NULL, st = '', j = '{{}}', bn = X'61', b = X'' WHERE id = 1",
+            f"UPDATE {t} SET d = 1.5, tm = '-00:00:01', ts = '2030-01-01 00:00:00', e = 'x' WHERE id = 2",
+            f"DELETE FROM {t} WHERE id = 9",
+        )
+
+    hooks = SnapshotTestHooks(during_read=changes)
+    hooks.stall_reads_at = {f"{db}.wide": ((2,), 4.0)}
+    res = run_snapshot_group(spark, cdc_settings, store, "p1", 0, sink, SnapshotOptions(reader="native"),
+                             test_hooks=hooks)  # fmt: skip
+    assert res.replayed_in_task == 1 and res.window_changes == 4
+    with cdc_settings.connect() as conn:
+        cmp = compare(conn, plan.tables[f"{db}.wide"], sink.read(f"{db}.wide"))
+    assert cmp.match, cmp.first_difference
+    assert cmp.source_rows == 3
+
+
 @pytest.mark.parametrize(
     ("point", "reader"),
     [("after_low_watermark", "native"), ("during_read", "native"), ("before_high_watermark", "jdbc")],
