@@ -327,8 +327,10 @@ def _stage_natively(
     w.files, w.windows, w.replayed = _adopt([(w.splits[c.index].split_id, c) for c in staged])
     remove_unlisted(w.staging, {f.path for f in w.files.values()}, w.storage)
     if replay is not None:
-        log.info("%s: %d of %d chunks replayed their own window in their task (%d changes); the group replays "
-                 "the rest", w.table, len(w.replayed), len(staged), sum(w.replayed.values()))  # fmt: skip
+        rest = len(staged) - len(w.replayed)
+        log.info("%s: %d of %d chunks replayed their own window in their task (%d changes)%s", w.table,
+                 len(w.replayed), len(staged), sum(w.replayed.values()),
+                 f"; the group's replay takes the other {rest}" if rest else "")  # fmt: skip
 
 
 def _adopt(
