@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder, write_deltalake
-from deltalake.exceptions import CommitFailedError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
@@ -37,7 +36,8 @@ from airflow_provider_mysqlcdc.sinks.delta_files import (
     relative_path,
     remove_action,
 )
-from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema, merge_changes
+from airflow_provider_mysqlcdc.sinks.delta_merge import delta_arrow_schema, merge_changes
+from airflow_provider_mysqlcdc.sinks.delta_properties import set_table_properties
 from airflow_provider_mysqlcdc.sinks.delta_routing import (
     check_shard_evolution,
     check_shard_schema,
@@ -145,7 +145,7 @@ class DeltaSink:
         def wanted(dt: DeltaTable) -> dict[str, str] | None:
             return None if _recorded_owner(dt) == owner else {OWNER_PROPERTY: owner}
 
-        changed = self._set_properties(table, wanted, "record the owner of")
+        changed = set_table_properties(lambda: self.open(table), wanted, f"record the owner of {table}")
         if changed:
             log.info("%s: now owned by pipeline %s", table, owner)
         return changed
@@ -168,25 +168,9 @@ class DeltaSink:
                 return None
             return stats_properties(declared)
 
-        if self._set_properties(table, wanted, "declare the statistics columns of", opened):
+        if set_table_properties(lambda: self.open(table), wanted, f"declare the statistics columns of {table}",
+                                opened):
             log.info("%s: file statistics declared for %s", table, ", ".join(declared) or "no column")
-
-    def _set_properties(self, table: str, wanted: Callable[[DeltaTable], dict[str, str] | None], what: str,
-                        opened: DeltaTable | None = None) -> bool:  # fmt: skip
-        """Set the table properties ``wanted(table)`` asks for (None: nothing to change), reading the
-        table again after a concurrent commit (another group's); True if a commit was made."""
-        for attempt in range(COMMIT_ATTEMPTS):
-            dt = opened if opened is not None and attempt == 0 else self.open(table)
-            properties = wanted(dt)
-            if properties is None:
-                return False
-            try:
-                dt.alter.set_table_properties(properties, raise_if_not_exists=False)
-            except CommitFailedError:
-                time.sleep(min(0.05 * (attempt + 1), 1.0))
-                continue
-            return True
-        raise RuntimeError(f"could not {what} {table}: {COMMIT_ATTEMPTS} attempts conflicted with other commits")
 
     def table_uri(self, table: str) -> str:
         route = self.route_of(table)

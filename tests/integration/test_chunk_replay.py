@@ -22,17 +22,7 @@ from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.snapshot.chunk_replay import ChunkReplay
 from airflow_provider_mysqlcdc.snapshot.native_reader import chunk_query, connection_uri
-
-ROWS = 3000
-
-
-def _items(mariadb: Any, db: str) -> str:
-    mariadb.execute(
-        f"CREATE TABLE `{db}`.items (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, s VARCHAR(40))",
-        f"INSERT INTO `{db}`.items SELECT seq, seq * 10, CONCAT('row-', seq) FROM seq_1_to_{ROWS}",
-        database=db,
-    )
-    return f"{db}.items"
+from tests.integration.test_snapshot_group import _make_table as _items
 
 
 def _replay_for(settings: ConnectionSettings, table: str, chunk: int, **kw: Any) -> tuple[ChunkReplay, Any, Any]:

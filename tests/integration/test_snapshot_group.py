@@ -308,6 +308,12 @@ WIDE = """CREATE TABLE {t} (
     dt DATETIME(6), ts TIMESTAMP(3) NULL, dd DATE, tm TIME(2), y YEAR, s VARCHAR(30) CHARACTER SET utf8mb4,
     c CHAR(4), b VARBINARY(8), bn BINARY(3), j JSON, e ENUM('x','y'), st SET('a','b'), bt BIT(5), b1 BIT(1)
 )"""
+# Two rows of every type: one of typical values, one of NULLs.
+WIDE_ROWS = """
+          (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
+           '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{"k": [1, "ü"]}', 'y', 'a,b', b'10101', b'1'),
+          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"""
 
 
 def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -317,11 +323,7 @@ def test_window_rows_of_every_type_match_the_source(mariadb, db, cdc_settings, s
     t = f"`{db}`.wide"
     mariadb.execute(
         WIDE.format(t=t),
-        f"""INSERT INTO {t} VALUES
-          (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
-           '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{{"k": [1, "ü"]}}', 'y', 'a,b', b'10101', b'1'),
-          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+        f"""INSERT INTO {t} VALUES {WIDE_ROWS},
           (18446744073709551615, 127, 0, -0.000001, -2.25e10, '1970-01-01 00:00:00', NULL, '1000-01-01',
            '838:59:59', 1901, '', '', X'', X'', '[]', 'x', '', b'0', b'0')""",
     )
@@ -361,11 +363,7 @@ def test_chunk_window_rows_of_every_type_replayed_in_the_task(mariadb, db, cdc_s
     t = f"`{db}`.wide"
     mariadb.execute(
         WIDE.format(t=t),
-        f"""INSERT INTO {t} VALUES
-          (1, -5, 250, 12345.678901, 1.5, '2024-02-29 23:59:59.123456', '2024-01-01 00:00:00.5', '2024-02-29',
-           '-12:34:56.78', 2024, 'héllo 😀', 'ab', X'00ff00', X'0100', '{{"k": [1, "ü"]}}', 'y', 'a,b', b'10101', b'1'),
-          (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-              NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+        f"""INSERT INTO {t} VALUES {WIDE_ROWS},
           (9, 1, 1, 1, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""",
     )
     store = StateStore(str(tmp_path / "state"), "pipe")
