@@ -38,6 +38,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (REPLACE, re.compile(rf"^CREATE\s+OR\s+REPLACE\s+(?:TEMPORARY\s+)?TABLE\s+({_NAME})", re.I)),
 ]
 _DROP_DATABASE = re.compile(rf"^DROP\s+(?:DATABASE|SCHEMA)\s+{_IF_EXISTS}({_IDENT})", re.I)
+# ALTER TABLE a ..., RENAME [TO|AS] b: the table is renamed (whatever else the statement changes)
+_RENAME_CLAUSE = re.compile(rf"^RENAME\s+(?:(?:TO|AS)\s+)?({_NAME})\s*;?$", re.I)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,9 @@ def table_ddl(sql: str, default_db: str | None, captured: set[str] | frozenset[s
     if m:
         db = _unquote(m.group(1))
         return [TableDdl(DROP, t) for t in sorted(captured or ()) if t.split(".", 1)[0] == db]
+    pairs = _alter_rename(text, default_db)
+    if pairs:
+        return [TableDdl(RENAME, t) for t in dict.fromkeys(pairs[0]) if captured is None or t in captured]
     for kind, pattern in _PATTERNS:
         m = pattern.match(text)
         if not m:
@@ -94,7 +99,7 @@ def table_ddl(sql: str, default_db: str | None, captured: set[str] | frozenset[s
 # ---------------------------------------------------------------------- inside an ALTER TABLE
 _RENAME_COLUMN = re.compile(rf"^RENAME\s+COLUMN\s+(?:IF\s+EXISTS\s+)?({_IDENT})\s+TO\s+({_IDENT})", re.I)
 _CHANGE_COLUMN = re.compile(rf"^CHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?({_IDENT})\s+({_IDENT})\s", re.I)
-_ALTER_HEAD = re.compile(rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+{_IF_EXISTS}{_NAME}\s*", re.I)
+_ALTER_HEAD = re.compile(rf"^ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE\s+{_IF_EXISTS}({_NAME})\s*", re.I)
 
 
 def _clauses(text: str) -> list[str]:
@@ -138,11 +143,12 @@ def column_renames(sql: str) -> dict[str, str]:
 
 
 def rename_pairs(sql: str, default_db: str | None) -> list[tuple[str, str]]:
-    """``(from, to)`` table names (``db.table``) of a ``RENAME TABLE`` statement, in order."""
+    """``(from, to)`` table names (``db.table``) of a ``RENAME TABLE`` statement (or an ``ALTER TABLE``
+    whose only clause is ``RENAME TO``), in order."""
     text = _clean(sql)
     m = _PATTERNS[3][1].match(text)
     if m is None:
-        return []
+        return _alter_rename(text, default_db)
     out = []
     for pair in re.split(r"\s*,\s*", m.group(1)):
         parts = re.split(r"\s+TO\s+", re.sub(r"\s+(?:WAIT\s+\d+|NOWAIT)\b", "", pair, flags=re.I), flags=re.I)
@@ -151,6 +157,20 @@ def rename_pairs(sql: str, default_db: str | None) -> list[tuple[str, str]]:
             if a and b:
                 out.append((a, b))
     return out
+
+
+def _alter_rename(text: str, default_db: str | None) -> list[tuple[str, str]]:
+    """``[(a, b)]`` for an ``ALTER TABLE a`` with a ``RENAME TO b`` clause: a table rename like
+    ``RENAME TABLE`` (what else it changes ends with the name: capture follows the rename)."""
+    head = _ALTER_HEAD.match(text)
+    if head is None:
+        return []
+    for clause in _clauses(text[head.end():]):
+        m = _RENAME_CLAUSE.match(clause)
+        if m and not re.match(r"(?:COLUMN|INDEX|KEY)$", m.group(1), re.I):
+            a, b = _qualify(head.group(1), default_db), _qualify(m.group(1), default_db)
+            return [(a, b)] if a and b else []
+    return []
 
 
 def is_table_swap(sql: str, default_db: str | None, table: str) -> bool:

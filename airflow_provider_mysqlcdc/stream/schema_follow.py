@@ -35,11 +35,12 @@ from airflow_provider_mysqlcdc.core.schema_policy import (
     decide_table_ddl,
 )
 from airflow_provider_mysqlcdc.core.stream_state import PendingDdl, SchemaChange
-from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
+from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId, TableSchema
 from airflow_provider_mysqlcdc.mysql.column_defaults import added_column_values
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
+from airflow_provider_mysqlcdc.mysql.table_moves import name_now
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_fill import fill_columns
 from airflow_provider_mysqlcdc.sinks.delta_schema import UnsupportedSchemaChange
@@ -172,7 +173,7 @@ def _cut_over(settings: ConnectionSettings, manifest: Manifest, t: str, c: Pendi
     if shadow is None or shadow.shadow_of != t or (shadow.ended_at not in (None, c.offset)):
         return None
     with settings.connect() as conn:
-        new = read_table_schema(conn, TableId.parse(t))
+        new = replace(_definition_now(conn, settings, t, c.offset), table=TableId.parse(t))
     if [k.lower() for k in new.primary_key] != [k.lower() for k in entry.schema.primary_key]:
         return None
     entry.schema = new
@@ -195,13 +196,8 @@ def _capture_created(
     shadow = origin in manifest.tables and not sel.selects(t)  # captured as an online schema change's copy
     try:
         with settings.connect() as conn:
-            try:
-                schema = read_table_schema(conn, TableId.parse(t))
-            except SourceSchemaError:
-                if not (shadow and origin):
-                    raise
-                # already renamed in (a quick migration): the original name has the shadow's definition
-                schema = replace(read_table_schema(conn, TableId.parse(origin)), table=TableId.parse(t))
+            # a quick migration's shadow may be renamed in already: its definition is under the original name
+            schema = replace(_definition_now(conn, settings, t, at), table=TableId.parse(t))
             key = schema.chunk_key(sel.chunk_key_columns.get(origin if shadow and origin else t))
             collations = load_collations(conn, key, {})
         arrow = cdc_types.arrow_schema(schema)
@@ -262,9 +258,10 @@ def _follow_alters(
     source = entry.source_schema
     try:
         with settings.connect() as conn:
-            new = read_table_schema(conn, TableId.parse(t))
-            diff = column_diff(source, new, renames)
-            values, expressions = added_column_values(conn, new, diff.added)
+            now = _definition_now(conn, settings, t, last)
+            diff = column_diff(source, now, renames)
+            values, expressions = added_column_values(conn, now, diff.added)
+        new = replace(now, table=TableId.parse(t))
     except SourceSchemaError as exc:
         if ends:  # dropped later in the same batch: nothing after the drop is captured anyway
             return {"table": t, "ddl": statement, "policy": policy, "done": "not followed: the table was dropped"}
@@ -303,6 +300,21 @@ def _follow_alters(
         log.warning("%s: %s", statement, warning)
         done["warning"] = warning
     return done
+
+
+def _definition_now(conn: Any, settings: ConnectionSettings, t: str, since: BinlogOffset) -> TableSchema:
+    """``t``'s definition on the source now, under the name it has now: a stream that is behind can
+    meet a DDL of a table renamed since (a gh-ost shadow altered, then renamed in as the original
+    before the stream got there); the binlog after ``since`` says where it went (mysql/table_moves.py).
+    :class:`SourceSchemaError` if it was dropped, or cannot be read under any name."""
+    try:
+        return read_table_schema(conn, TableId.parse(t))
+    except SourceSchemaError:
+        moved = name_now(settings, t, since)
+        if moved is None or moved == t:
+            raise
+        log.info("%s was renamed to %s after its DDL at %s: its definition is read under that name", t, moved, since)
+        return read_table_schema(conn, TableId.parse(moved))
 
 
 def _composed(earlier: dict[str, str], now: Mapping[str, str]) -> dict[str, str]:

@@ -284,3 +284,37 @@ def test_fail_stops_before_each_ddl_and_the_fix_resumes(pipeline: Any, db: str, 
     for name in ("t_add", "t_dropcol", "t_renamecol", "t_modify", "t_truncate", "t_swap"):
         assert_sink_equals_source(cdc_settings, sink, f"{db}.{name}")
     assert store.read_manifest().ended_tables() == sorted([f"{db}.t_drop", f"{db}.t_rename"])
+
+
+def test_ddl_met_after_its_table_was_renamed(pipeline: Any, db: str, cdc_settings: Any, spark: Any) -> None:
+    """A stream behind the source meets DDL of tables renamed since: their definitions are read under
+    the names the binlog says they have now. A gh-ost migration runs whole (shadow created, altered,
+    filled, renamed in) and a table is altered then renamed away, all before the stream starts."""
+    _, store, sink, writer, threads = pipeline
+    q = f"`{db}`"
+    writer.start()
+    time.sleep(1)
+    writer.ddl("t_swap", "CREATE TABLE _t_swap_gho LIKE t_swap",
+               "ALTER TABLE _t_swap_gho ADD COLUMN added INT NOT NULL DEFAULT 7",
+               "INSERT INTO _t_swap_gho (id, v, note, extra) SELECT id, v, note, extra FROM t_swap",
+               "UPDATE _t_swap_gho SET added = id WHERE id % 4 = 0",
+               "RENAME TABLE t_swap TO _t_swap_del, _t_swap_gho TO t_swap")  # fmt: skip
+    writer.ddl("t_rename", f"ALTER TABLE {q}.t_rename ADD COLUMN c2 INT",
+               f"UPDATE {q}.t_rename SET c2 = id WHERE id % 3 = 0", *_copy("t_rename"),
+               f"ALTER TABLE {q}.t_rename RENAME TO {q}.t_renamed", keep_writing=False)  # fmt: skip
+    time.sleep(1)
+    th = _start(spark, cdc_settings, store, sink, "lenient", threads, 1)
+    time.sleep(3)
+    writer.stop_event.set()
+    writer.join(timeout=30)
+    th.wait_applied(cdc_settings)
+    assert th.error is None, th.error
+    t_swap = f"{db}.t_swap"
+    assert_sink_equals_source(cdc_settings, sink, t_swap)
+    assert sorted({r["added"] for r in _rows(sink, t_swap).values()} - {7})[:2] == [4, 8]
+    manifest = store.read_manifest()
+    assert [s for _, s in manifest.tables[t_swap].replaced_from] == [f"{db}._t_swap_gho"]
+    # renamed away under lenient: kept as it was at the rename, with the column added before it
+    assert manifest.ended_tables() == sorted([f"{db}.t_rename", f"{db}._t_swap_gho"])
+    assert_sink_equals_source(cdc_settings, sink, f"{db}.t_rename", f"{db}._before_t_rename")
+    assert any(r["c2"] == 3 for r in _rows(sink, f"{db}.t_rename").values())

@@ -122,3 +122,20 @@ def test_shadow_tables_of_online_schema_change_tools() -> None:
     assert shadow_of("shop._order_items_gho") == "shop.order_items"
     assert shadow_of("shop._orders_del") is None and shadow_of("shop.orders_gho") is None
     assert shadow_of("_orders_gho") is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "pairs"),
+    [
+        ("ALTER TABLE orders RENAME TO orders_2024", [("shop.orders", "shop.orders_2024")]),
+        ("alter table `shop`.`orders` rename as sales.t;", [("shop.orders", "sales.t")]),
+        ("ALTER TABLE orders RENAME orders2", [("shop.orders", "shop.orders2")]),
+        ("ALTER TABLE orders RENAME COLUMN a TO b", []),
+        ("ALTER TABLE orders RENAME INDEX a TO b", []),
+        ("ALTER TABLE orders ADD c INT, RENAME TO z", [("shop.orders", "shop.z")]),  # the rename ends capture
+    ],
+)
+def test_alter_table_rename_to_is_a_table_rename(sql: str, pairs: list[tuple[str, str]]) -> None:
+    assert rename_pairs(sql, "shop") == pairs
+    kinds = {d.kind for d in table_ddl(sql, "shop", CAPTURED)}
+    assert kinds == ({RENAME} if pairs else {ALTER})
