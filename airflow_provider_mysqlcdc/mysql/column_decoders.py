@@ -93,20 +93,23 @@ def _decimal_decoder(precision: int, scale: int, as_text: bool) -> tuple[int, An
     groups = uncomp_int + uncomp_frac
     frac_mul = 10**comp_frac
     from_bytes = int.from_bytes
+    # The value as ONE big-endian integer: the sign bit flipped (all bits for a negative value),
+    # then the digit groups are bit fields of it — no byte copies, one int conversion per value.
+    sign_bit = 0x80 << (8 * (size - 1))
+    negative_flip = ((1 << (8 * size)) - 1) ^ sign_bit  # a negative value: every bit but the sign bit
+    head_shift = 8 * (size - head)
+    group_shifts = [8 * (size - head - 4 * (i + 1)) for i in range(groups)]
+    tail_mask = (1 << (8 * tail)) - 1
 
     def dec(b: bytes) -> Any:
-        negative = not (b[0] & 0x80)
-        raw = bytearray(b)
-        raw[0] ^= 0x80
-        if negative:
-            raw = bytearray(x ^ 0xFF for x in raw)
-        value = from_bytes(raw[:head], "big") if head else 0
-        p = head
-        for _ in range(groups):
-            value = value * 1_000_000_000 + from_bytes(raw[p : p + 4], "big")
-            p += 4
+        x = from_bytes(b, "big")
+        negative = not (x & sign_bit)
+        x ^= negative_flip if negative else sign_bit
+        value = x >> head_shift if head else 0
+        for shift in group_shifts:
+            value = value * 1_000_000_000 + ((x >> shift) & 0xFFFFFFFF)
         if tail:
-            value = value * frac_mul + from_bytes(raw[p : p + tail], "big")
+            value = value * frac_mul + (x & tail_mask)
         d = Decimal(-value if negative else value).scaleb(-scale, _DEC_CONTEXT)
         return format(d, "f") if as_text else d
 

@@ -19,6 +19,7 @@ python-mysql-replication for that table map.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -32,12 +33,16 @@ def key_image_columns(primary_key: Sequence[str], chunk_key: Sequence[str]) -> l
     return list(dict.fromkeys([*primary_key, *chunk_key]))
 
 
+_INT_FORMATS = {(1, True): "<b", (1, False): "<B", (2, True): "<h", (2, False): "<H",
+                (4, True): "<i", (4, False): "<I", (8, True): "<q", (8, False): "<Q"}  # fmt: skip
+
+
 class _Source:
     """Generated code, with the names it refers to."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.env: dict[str, Any] = {"_from": int.from_bytes, "_unpack": __import__("struct").unpack_from}
+        self.env: dict[str, Any] = {"_from": int.from_bytes, "_unpack": struct.unpack_from}
 
     def name(self, value: Any, prefix: str) -> str:
         n = f"{prefix}{len(self.env)}"
@@ -111,7 +116,11 @@ class RowsDecoder:
             if layout == "int":
                 size, signed = arg
                 if keep:
-                    expr = f"_from(d[p:p + {size}], 'little', signed={signed})"
+                    fmt = _INT_FORMATS.get((size, signed))  # a struct read: no slice, no keyword call
+                    if fmt is not None:
+                        expr = f"{src.name(struct.Struct(fmt).unpack_from, 'u')}(d, p)[0]"
+                    else:
+                        expr = f"_from(d[p:p + {size}], 'little', signed={signed})"
                     if conv is not None:
                         expr = f"{src.name(conv, 'c')}({expr})"
                     L.append(f"        {var} = {expr}")
@@ -127,6 +136,8 @@ class RowsDecoder:
             else:  # var: length prefix, then bytes
                 if arg == 1:
                     L.append("        n = d[p]")
+                elif arg == 2:
+                    L.append("        n = d[p] | d[p + 1] << 8")
                 else:
                     L.append(f"        n = _from(d[p:p + {arg}], 'little')")
                 L.append(f"        p += {arg}")
@@ -161,17 +172,20 @@ class RowsDecoder:
         p = 0
         out: list[Any] = []
         append = out.append
-        if kind == "u":
-            before, full = self._before, self._full
-            while p < end:
-                b, p = before(body, p)
-                a, p = full(body, p)
-                append((b, a))
-        else:
-            image = self._full if kind == "c" else self._before
-            while p < end:
-                r, p = image(body, p)
-                append(r)
+        try:
+            if kind == "u":
+                before, full = self._before, self._full
+                while p < end:
+                    b, p = before(body, p)
+                    a, p = full(body, p)
+                    append((b, a))
+            else:
+                image = self._full if kind == "c" else self._before
+                while p < end:
+                    r, p = image(body, p)
+                    append(r)
+        except (struct.error, IndexError):  # a fixed-size read beyond the body
+            p = end + 1
         if p != end:
             raise ValueError(f"rows event of {self.table}: decoded past the end of the event ({p} > {end})")
         return out
