@@ -22,7 +22,10 @@ DROP = "drop"
 RENAME = "rename"
 REPLACE = "replace"  # CREATE OR REPLACE TABLE: the old table is gone
 
-_IDENT = r"(?:`(?:[^`]|``)+`|[A-Za-z0-9_$\u0080-\uffff]+)"
+# An unquoted identifier: ASCII letters, digits, $ and _, or any non-ASCII character (MySQL allows
+# U+0080..U+FFFF). Written as "not the other ASCII characters": a class [\u0080-\uffff] is slow to
+# compile, and every Spark Python worker imports this module (bench/RESULTS.md, "Worker start-up").
+_IDENT = r"(?:`(?:[^`]|``)+`|[^\x00-\x23\x25-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]+)"
 _NAME = rf"{_IDENT}(?:\s*\.\s*{_IDENT})?"
 _COMMENTS = re.compile(r"/\*(?!!).*?\*/|--[^\n]*|#[^\n]*", re.S)
 _VERSIONED = re.compile(r"/\*!\d*\s*(.*?)\*/", re.S)  # /*!50100 ... */ executable comments

@@ -139,3 +139,10 @@ def test_alter_table_rename_to_is_a_table_rename(sql: str, pairs: list[tuple[str
     assert rename_pairs(sql, "shop") == pairs
     kinds = {d.kind for d in table_ddl(sql, "shop", CAPTURED)}
     assert kinds == ({RENAME} if pairs else {ALTER})
+
+
+def test_unquoted_identifiers_take_non_ascii_characters() -> None:
+    """MySQL allows U+0080..U+FFFF in unquoted names; ASCII punctuation ends a name."""
+    assert table_ddl("ALTER TABLE café_ü ADD c INT", "shop", None) == [TableDdl(ALTER, "shop.café_ü")]
+    assert table_ddl("TRUNCATE shop.$t1;", None, None) == [TableDdl(TRUNCATE, "shop.$t1")]
+    assert rename_pairs("RENAME TABLE 订单 TO 订单_old", "shop") == [("shop.订单", "shop.订单_old")]
