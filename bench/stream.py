@@ -9,8 +9,10 @@ Delta sink (plan_snapshot + run_snapshot_group per group) and builds the stream 
 one run and one Spark session (local[2], ``spark.driver.memory`` from ``--driver-memory``, 4g by
 default: at Spark's default 1g the single-reader run dies of a Java heap OOM, see RESULTS.md):
 
-* warm-up: a short stream over 2 transactions, so that every measured stream finds Spark's Python
-  workers started (the first stream of a session pays that);
+* warm-up: an untimed stream over ``--warmup-events`` changes (100,000), so that every measured
+  stream finds Spark's Python workers started and the JVM's code compiled (the first stream of a
+  session pays that; with a 2-transaction warm-up the first measured stream ran at half the speed
+  of the later ones);
 * load: records the binlog offset, changes ``--events`` rows as UPDATEs of ``--tx-rows`` rows per
   transaction, records the end offset;
 * bare_reader: one python-mysql-replication loop (``BinLogStreamReader`` directly, file/pos dump,
@@ -26,8 +28,10 @@ default: at Spark's default 1g the single-reader run dies of a Java heap OOM, se
   reaches the end offset: rows/s from the first micro-batch's trigger start to the end of the
   batch that reached it (``stream_rows_per_s``, ``single_reader_rows_per_s``; the query's start-up
   is reported apart), ratios against the bare reader. The machine is shared: bare / readers=2 /
-  readers=1 run ``--repeats`` times, interleaved, the best of each is reported, and every run
-  carries the CPU our process tree used and the busy cores that were not ours (``foreign_cores``);
+  readers=1 run ``--repeats`` times, interleaved; the headline ``ratio_of_medians_vs_bare_reader``
+  is the median stream rate over the median bare rate (the best of each is reported beside it as
+  ``ratio_vs_bare_reader``), and every run carries the CPU our process tree used and the busy cores
+  that were not ours (``foreign_cores``);
 * lag: a stream (readers=2, trigger ``--lag-trigger``: the product's default unless given) from
   the current offset, a writer doing ``--lag-rate`` single-row UPDATE transactions/s on random
   distinct keys for ``--lag-seconds``; then the same at ``--lag-rate-high`` rows/s (5,000: ten-row
@@ -683,7 +687,9 @@ def main() -> int:
                         "chunks, --lag-rate rows/s for 600 s unless --lag-seconds is given; big_table_* figures")
     p.add_argument("--no-breakdown", action="store_true", help="skip the per-layer single-core breakdown")
     p.add_argument("--max-events-per-trigger", type=int, default=StreamOptions().max_events_per_trigger)
-    p.add_argument("--repeats", type=int, default=2, help="throughput runs of each kind; the best is reported")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="interleaved throughput runs of each kind; medians are the headline, the best beside them")
+    p.add_argument("--warmup-events", type=int, default=100_000, help="changes of the untimed warm-up stream")
     p.add_argument("--driver-memory", default="4g", help="spark.driver.memory (Spark's default 1g: see RESULTS.md)")
     p.add_argument("--huge-tx-rows", type=int, default=1_000_000,
                    help="rows of the huge-transaction scenario's table (one UPDATE of all of them); 0 skips it")
@@ -744,11 +750,11 @@ def main() -> int:
         # warm-up: a short stream over a few transactions, so that the measured runs find Spark's
         # Python workers started and their imports done (the first stream of a session pays that)
         warm_start = offset_now(settings)
-        bulk_updates(server, rows, 2 * args.tx_rows, args.tx_rows)
+        warm_changes = bulk_updates(server, rows, max(2 * args.tx_rows, args.warmup_events), args.tx_rows)
         warm_end = offset_now(settings)
         warm_lake = f"{work}/lake-warm"
         throughput_run(spark, settings, work, "warm", manifest_from(base, warm_start), snap_lake, warm_end, 2,
-                       timings, 2 * args.tx_rows, args.max_events_per_trigger)
+                       timings, warm_changes, args.max_events_per_trigger)
 
         # the changes to stream
         start = offset_now(settings)
@@ -811,6 +817,9 @@ def main() -> int:
                               "total_seconds": round(time.monotonic() - t_begin, 1),
                               "load_average_1m": round(os.getloadavg()[0], 2)}))  # fmt: skip
             return 0
+        bare_median = statistics.median(r["rows_per_s"] for r in bare_runs)
+        r2_median = statistics.median(r["rows_per_s"] for r in r2_runs)
+        r1_median = statistics.median(r["rows_per_s"] for r in r1_runs)
         bare = max(bare_runs, key=lambda r: r["rows_per_s"])
         bare_rps = bare["rows_per_s"]
         r2 = max(r2_runs, key=lambda r: r["rows_per_s"])
@@ -821,6 +830,10 @@ def main() -> int:
             "table_rows": rows,
             "tx_rows": args.tx_rows,
             "binlog_events": binlog_events,
+            "ratio_of_medians_vs_bare_reader": round(r2_median / bare_median, 3),
+            "ratio_single_reader_of_medians_vs_bare_reader": round(r1_median / bare_median, 3),
+            "ratio_per_round": [round(a["rows_per_s"] / b["rows_per_s"], 3)
+                                for a, b in zip(r2_runs, bare_runs, strict=True)],
             "stream_rows_per_s": r2["rows_per_s"],
             "bare_reader_rows_per_s": round(bare_rps),
             "ratio_vs_bare_reader": round(r2["rows_per_s"] / bare_rps, 3),
