@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_mysqlcdc.core import change_block
 from airflow_provider_mysqlcdc.core.change_block import (
     BlockBuilder,
     block_changes,
@@ -76,13 +77,20 @@ def _changes(spec: list[tuple[str, Any, Any, int]]) -> list[tuple[str, Any, Any]
 
 
 @settings(max_examples=300, deadline=None)
-@given(spec=st.lists(change, max_size=40), full_before=st.booleans(), per_block=st.integers(1, 8))
-def test_fold_block_equals_fold_changes(spec: list[Any], full_before: bool, per_block: int) -> None:
+@given(spec=st.lists(change, max_size=40), full_before=st.booleans(), per_block=st.integers(1, 8),
+       vectorised=st.booleans())  # fmt: skip
+def test_fold_block_equals_fold_changes(spec: list[Any], full_before: bool, per_block: int, vectorised: bool) -> None:
+    """Both paths: the few-changes one (a dict over the keys) and the vectorised one."""
     changes = _changes(spec)
     ref_ups, ref_dels = fold_changes([("c" if op == "u" and b is None else op, b, a) for op, b, a in changes], PK)
     if not changes:
         return
-    ups, dels = fold_block(_block(changes, full_before, per_block), PK)
+    few = change_block.FEW_CHANGES
+    change_block.FEW_CHANGES = 0 if vectorised else 64
+    try:
+        ups, dels = fold_block(_block(changes, full_before, per_block), PK)
+    finally:
+        change_block.FEW_CHANGES = few
     assert ups.schema == SCHEMA
     assert dels.schema == pa.schema([SCHEMA.field("a"), SCHEMA.field("b")])
     got_ups = {(r["a"], r["b"]): r for r in ups.to_pylist()}
@@ -108,7 +116,9 @@ def test_block_round_trip_keeps_types_and_order() -> None:
     assert len(b) == 0
 
 
-def test_fold_block_rejects_malformed_changes() -> None:
+@pytest.mark.parametrize("few_changes", [0, 64], ids=["vectorised", "few"])
+def test_fold_block_rejects_malformed_changes(few_changes: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(change_block, "FEW_CHANGES", few_changes)
     schema = block_schema(SCHEMA, PK)
     for op, before, after, msg in [
         ("x", None, _row(KEYS[0], 1), "unknown ops"),
@@ -136,7 +146,10 @@ def test_fold_block_rejects_malformed_changes() -> None:
         (pa.string(), "a", "a "),  # distinct stored values, equal under PAD SPACE: two sink rows
     ],
 )  # fmt: skip
-def test_fold_block_handles_every_key_type(arrow_type: pa.DataType, old: Any, new: Any) -> None:
+@pytest.mark.parametrize("few_changes", [0, 64], ids=["vectorised", "few"])
+def test_fold_block_handles_every_key_type(arrow_type: pa.DataType, old: Any, new: Any, few_changes: int,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(change_block, "FEW_CHANGES", few_changes)
     schema = pa.schema([pa.field("k", arrow_type, nullable=False), pa.field("v", pa.int64())])
     b = BlockBuilder(block_schema(schema, ["k"]))
     b.add("c", "mysql-bin.000001", 4, 1, 4, 0, 0, 0, None, {"k": old, "v": 1})
