@@ -53,6 +53,7 @@ from airflow_provider_mysqlcdc.sinks.delta_schema import (
     table_description,
 )
 from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, stats_columns_for, stats_properties
+from airflow_provider_mysqlcdc.sinks.delta_table_state import TableStates
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,7 @@ class DeltaSink:
         # stream batches into tables this small are applied by a direct file rewrite, not a MERGE
         self.rewrite_below_bytes = rewrite_below_bytes
         self._loaded: dict[str, DeltaTable] = {}  # tables the stream applies to, brought up to date per batch
+        self.table_states = TableStates()  # small tables' state carried between batches (sinks/delta_table_state.py)
 
     def route_of(self, table: str) -> RoutedTable | None:
         """Where a routed source table's rows go (None: to a Delta table of its own)."""
@@ -249,6 +251,7 @@ class DeltaSink:
     def recreate_table(self, table: str, schema: pa.Schema, primary_key: list[str]) -> None:
         """Empty ``table``'s Delta table and give it ``schema``: a source table created again under a
         captured name starts over (the old rows stay in the Delta history until vacuumed)."""
+        self.table_states.forget(self.table_uri(table))
         dt = self.open(table)
         self.check_owner(table, dt)
         route = self.route_of(table)
@@ -271,6 +274,7 @@ class DeltaSink:
                 f"an online schema change renamed {source} into {table}, and routed tables cannot continue from "
                 f"a shadow copy: re-snapshot it with resnapshot_tables=['{table}']"
             )
+        self.table_states.forget(self.table_uri(table))
         dt = self.open(table)
         self.check_owner(table, dt)
         scan = QueryBuilder().register("s", self.open(source)).execute("SELECT * FROM s")
@@ -321,6 +325,7 @@ class DeltaSink:
         table stay, every other file is removed. Returns the new version, or None if nothing changed.
         """
         uri = self.table_uri(table)
+        self.table_states.forget(uri)
         wanted = {relative_path(uri, f.path): f for f in files}
 
         def actions(have: dict[str, int], now: int, stats: list[str] | None) -> FileActions:
@@ -372,9 +377,12 @@ class DeltaSink:
         same batch id, without a MERGE's query planning, which is most of a small table's apply time.
         """
         if self.rewrite_below_bytes and before_merge is None and (upserts.num_rows or deletes.num_rows):
-            dt = self.latest(table)
-            if sum(self.table_files(table, dt).values()) <= self.rewrite_below_bytes:
+            state = self.table_states.get(self.table_uri(table))
+            dt = None if state is not None else self.latest(table)
+            size = state.size if state is not None else sum(self.table_files(table, dt).values())
+            if size <= self.rewrite_below_bytes:
                 return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
+            self.table_states.forget(self.table_uri(table))  # grown past it: the MERGE reads the table itself
         route = self.route_of(table)
         if route:
             upserts, deletes = stamp_source(upserts, route), stamp_source(deletes, route)
@@ -394,7 +402,7 @@ class DeltaSink:
             dt.update_incremental()
         return dt
 
-    def _rewrite_small(self, dt: DeltaTable, table: str, upserts: pa.Table, deletes: pa.Table, key: list[str],
+    def _rewrite_small(self, dt: DeltaTable | None, table: str, upserts: pa.Table, deletes: pa.Table, key: list[str],
                        app_id: str, version: int) -> bool:  # fmt: skip
         from airflow_provider_mysqlcdc.sinks.delta_small_table import rewrite_small_table
 
@@ -414,6 +422,7 @@ class DeltaSink:
 
         See :func:`~airflow_provider_mysqlcdc.sinks.delta_schema.evolve_table_schema`.
         """
+        self.table_states.forget(self.table_uri(table))
         route = self.route_of(table)
         if route:  # a shared table follows one shard's ADD COLUMN only
             check_shard_evolution(table, route, delta_arrow_schema(self.open(table)), new_schema, drop_columns,

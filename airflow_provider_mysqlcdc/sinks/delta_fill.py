@@ -54,7 +54,7 @@ def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any]) -> int:
         written = []
         rows = 0
         for i, rel in enumerate(sorted(have)):  # one new file per old one: the key-range layout stays
-            out = _FileWriter(files, directory, f"part-{i:05d}", schema, dt)
+            out = _FileWriter(files, directory, f"part-{i:05d}", schema, dt.metadata().configuration)
             for batch in files.reader(rel).iter_batches(batch_size=READ_BATCH_ROWS):
                 data = _conform(pa.Table.from_batches([batch]), schema)
                 for name, value in values.items():

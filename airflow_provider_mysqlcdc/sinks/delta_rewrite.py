@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -147,11 +147,12 @@ class _TableFiles:
 
 class _FileWriter:
     """Streams batches into data files of at most :data:`FILE_ROWS` rows, with the value ranges of
-    ``dt``'s statistics columns (:mod:`sinks.delta_stats`)."""
+    the statistics columns the table's ``configuration`` declares (:mod:`sinks.delta_stats`)."""
 
-    def __init__(self, files: _TableFiles, directory: str, stem: str, schema: pa.Schema, dt: DeltaTable):
+    def __init__(self, files: _TableFiles, directory: str, stem: str, schema: pa.Schema,
+                 configuration: Mapping[str, str] | None):  # fmt: skip
         self.files, self.directory, self.stem, self.schema = files, directory, stem, schema
-        self.columns = [c for c in declared_stats_columns(dt.metadata().configuration) or [] if c in schema.names]
+        self.columns = [c for c in declared_stats_columns(configuration) or [] if c in schema.names]
         self.written: list[_NewFile] = []
         self._writer: pq.ParquetWriter | None = None
         self._sink: Any = None
@@ -236,7 +237,7 @@ def apply_folded_changes(
     os.makedirs(workdir, exist_ok=True)
     keys = ChangedKeys(key_schema, workdir, max(1, memory_bytes // 2))
     result = RewriteResult(applied=True)
-    up_writer = _FileWriter(files, directory, "upserts", target, dt)
+    up_writer = _FileWriter(files, directory, "upserts", target, dt.metadata().configuration)
     for i, fb in enumerate(buckets):
         up = conform_upserts(table, target, fb.upserts, fill_absent=route is not None)
         if up.num_rows:
@@ -263,7 +264,7 @@ def apply_folded_changes(
             current = current.filter(pa.array([p in mine for p in current.column("path").to_pylist()], pa.bool_()))
         masks, passes = _match_target(files, current, keys, key, report)
         result.key_passes = passes
-        rewrite = _FileWriter(files, directory, f"rewrite-{attempt:02d}", target, dt)
+        rewrite = _FileWriter(files, directory, f"rewrite-{attempt:02d}", target, dt.metadata().configuration)
         removes: list[RemoveAction] = []
         now = int(time.time() * 1000)
         copied = 0

@@ -9,6 +9,7 @@ restarted with an empty local disk resumes exactly where the store says.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -194,3 +195,45 @@ def test_state_documents_read_while_rewritten(s3_server) -> None:  # type: ignor
         stop.set()
         writer.join()
     assert len(seen) > 1  # the reads really raced the writes
+
+
+def test_small_table_batches_commit_directly_on_s3(s3_server) -> None:  # type: ignore[no-untyped-def]
+    """The stream's direct log commits (sinks/delta_log.py) on S3: each entry is created with
+    ``If-None-Match``, so another writer's commit between two batches makes the stream read the
+    table again instead of replacing that entry, and an existing entry is never overwritten."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_provider_mysqlcdc.sinks.delta_log import CLIENT, LogConflict, commit_actions
+
+    storage = LakeStorage(s3_server.storage_options())
+    root = s3_server.url("lake-direct")
+    sink = DeltaSink(root, storage, rewrite_below_bytes=1 << 30)
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    table = "db.small"
+    sink.prepare_table(table, schema, ["id"])
+    model: dict[int, str] = {}
+    no_deletes = pa.table({"id": pa.array([], pa.int64())})
+    for version in range(1, 7):
+        ups = {k: f"b{version}" for k in range(version * 3, version * 3 + 5)}
+        model.update(ups)
+        rows = pa.table({"id": list(ups), "v": list(ups.values())}, schema=schema)
+        assert sink.apply_changes(table, rows, no_deletes, ["id"], "app", version)
+        if version == 3:  # another writer between two batches
+            extra = pa.table({"id": [999], "v": ["other"]}, schema=schema)
+            write_deltalake(DeltaSink(root, storage).open(table), extra, mode="append",
+                            storage_options=sink.storage_options)  # fmt: skip
+            model[999] = "other"
+    got = {r["id"]: r["v"] for r in sink.read(table).to_pylist()}
+    assert got == model
+    fs = s3_server.fsspec()
+    log_dir = s3_server.url("lake-direct/db/small/_delta_log")
+    infos = [json.loads(fs.cat(p).decode().splitlines()[0])["commitInfo"] for p in sorted(fs.ls(log_dir))
+             if p.endswith(".json")]  # fmt: skip
+    assert sum(1 for i in infos if i.get("clientVersion") == CLIENT) == 6
+    latest = sink.open(table).version()
+    before = fs.cat(f"{log_dir}/{latest:020d}.json")
+    with pytest.raises(LogConflict):
+        commit_actions(storage, sink.table_uri(table), latest - 1, [], app_transaction=("intruder", 1))
+    assert fs.cat(f"{log_dir}/{latest:020d}.json") == before
+    assert sink.open(table).transaction_version("intruder") is None

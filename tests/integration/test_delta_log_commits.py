@@ -1,0 +1,159 @@
+"""Small tables committed by writing their Delta log entry directly (sinks/delta_log.py), from the
+state the sink carries between batches (sinks/delta_table_state.py), on real delta-rs tables.
+
+The invariant: whatever else commits to the table between two batches, the batch lands on the
+table as it is then — never on the stale state — and no log entry is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_log import CLIENT, LogConflict, commit_actions, unsupported_reason
+from airflow_provider_mysqlcdc.storage import LOCAL
+
+TABLE = "shop.items"
+APP = "mysqlcdc-log-test"
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()), ("qty", pa.int64())])
+
+
+def _sink(tmp_path: Path) -> DeltaSink:
+    sink = DeltaSink(str(tmp_path / "lake"), rewrite_below_bytes=1 << 30)
+    sink.prepare_table(TABLE, SCHEMA, ["id"])
+    return sink
+
+
+def _rows(model: dict[int, tuple[str, int]]) -> pa.Table:
+    ids = sorted(model)
+    return pa.table({"id": ids, "name": [model[i][0] for i in ids], "qty": [model[i][1] for i in ids]}, schema=SCHEMA)
+
+
+def _apply(sink: DeltaSink, model: dict[int, tuple[str, int]], rng: random.Random, version: int) -> bool:
+    upserts: dict[int, tuple[str, int]] = {}
+    deletes: set[int] = set()
+    for _ in range(rng.randrange(1, 40)):
+        k = rng.randrange(300)
+        if k in model and rng.random() < 0.25:
+            deletes.add(k)
+            upserts.pop(k, None)
+        else:
+            upserts[k] = (f"n{k}-{version}", rng.randrange(1000))
+            deletes.discard(k)
+    for k in deletes:
+        model.pop(k, None)
+    model.update(upserts)
+    applied = sink.apply_changes(TABLE, _rows(upserts), pa.table({"id": pa.array(sorted(deletes), pa.int64())}),
+                                 ["id"], APP, version)  # fmt: skip
+    return applied
+
+
+def _read(sink: DeltaSink) -> dict[int, tuple[str, int]]:
+    got = sink.read(TABLE).to_pylist()
+    out = {r["id"]: (r["name"], r["qty"]) for r in got}
+    assert len(out) == len(got), "a key appears twice in the Delta table"
+    return out
+
+
+def _log_entries(sink: DeltaSink) -> list[dict]:
+    log_dir = Path(sink.table_uri(TABLE)) / "_delta_log"
+    return [{"version": int(p.name.split(".")[0]), "lines": [json.loads(x) for x in p.read_text().splitlines()]}
+            for p in sorted(log_dir.glob("*.json"))]  # fmt: skip
+
+
+def test_batches_commit_directly_and_follow_other_writers_between_them(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    model: dict[int, tuple[str, int]] = {}
+    rng = random.Random(3)
+    other = DeltaSink(str(tmp_path / "lake"))  # another writer: its commits make the stream's state stale
+    for version in range(1, 16):
+        assert _apply(sink, model, rng, version) is True
+        if version % 4 == 0:  # a row appended by someone else, between two batches
+            extra = 10_000 + version
+            write_deltalake(other.open(TABLE), _rows({extra: ("other", version)}), mode="append")
+            model[extra] = ("other", version)
+        if version % 5 == 0:  # and a delete by someone else
+            victim = min(model)
+            other.open(TABLE).delete(f"id = {victim}")
+            model.pop(victim)
+        assert _read(sink) == model, f"table differs from the model after batch {version}"
+    dt = sink.open(TABLE)
+    assert dt.transaction_version(APP) == 15
+    direct = [e for e in _log_entries(sink) if e["lines"][0]["commitInfo"].get("clientVersion") == CLIENT]
+    # the first batch and every batch after another writer's commit read the table again; all commit directly
+    assert len(direct) == 15
+    assert all(any("txn" in line for line in e["lines"]) for e in direct)
+    # one file: each direct commit removed every file the table had
+    assert len(dt.file_uris()) == 1
+
+
+def test_a_replayed_batch_is_skipped_from_the_carried_state(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    model: dict[int, tuple[str, int]] = {}
+    assert _apply(sink, model, random.Random(1), 1)
+    version = sink.open(TABLE).version()
+    assert sink.apply_changes(TABLE, _rows({1: ("again", 1)}), pa.table({"id": pa.array([], pa.int64())}),
+                              ["id"], APP, 1) is False  # fmt: skip
+    assert sink.open(TABLE).version() == version
+    assert _read(sink) == model
+
+
+def test_a_replay_is_recognised_when_another_process_applied_it(tmp_path: Path) -> None:
+    """Two sinks (two processes of the same stream, one replaying): the second's carried state says
+    not applied, its commit meets the first's entry, and the re-read table records the batch."""
+    first, second = _sink(tmp_path), DeltaSink(str(tmp_path / "lake"), rewrite_below_bytes=1 << 30)
+    model: dict[int, tuple[str, int]] = {}
+    assert _apply(first, model, random.Random(5), 1)
+    assert _apply(second, dict(model), random.Random(6), 2)  # second now carries state at this version
+    assert _apply(first, model, random.Random(6), 2) is False  # stale state: conflict, re-read, skipped
+    assert second.table_states.get(second.table_uri(TABLE)) is not None
+
+
+def test_checkpoints_are_made_at_the_interval(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    sink.open(TABLE).alter.set_table_properties({"delta.checkpointInterval": "5"})
+    model: dict[int, tuple[str, int]] = {}
+    rng = random.Random(9)
+    for version in range(1, 13):
+        _apply(sink, model, rng, version)
+    log_dir = Path(sink.table_uri(TABLE)) / "_delta_log"
+    checkpoints = sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.checkpoint.parquet"))
+    assert checkpoints == [5, 10]
+    assert json.loads((log_dir / "_last_checkpoint").read_text())["version"] == 10
+    fresh = DeltaTable(sink.table_uri(TABLE))  # loads from the checkpoint
+    assert fresh.transaction_version(APP) == 12
+    assert _read(sink) == model
+
+
+def test_tables_whose_protocol_asks_more_are_committed_by_delta_rs(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    dt = sink.open(TABLE)
+    assert unsupported_reason(dt) is None
+    dt.alter.set_table_properties({"delta.enableChangeDataFeed": "true"})
+    assert unsupported_reason(sink.open(TABLE)) in ("writer version 4", "delta.enableChangeDataFeed")
+    model: dict[int, tuple[str, int]] = {}
+    rng = random.Random(2)
+    for version in range(1, 4):
+        assert _apply(sink, model, rng, version)
+    assert _read(sink) == model
+    assert not [e for e in _log_entries(sink) if e["lines"][0]["commitInfo"].get("clientVersion") == CLIENT]
+
+
+def test_an_existing_log_entry_is_never_replaced(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    uri = sink.table_uri(TABLE)
+    entry = Path(uri) / "_delta_log" / f"{1:020d}.json"
+    commit_actions(LOCAL, uri, 0, [], app_transaction=("a", 1))
+    before = entry.read_bytes()
+    with pytest.raises(LogConflict):
+        commit_actions(LOCAL, uri, 0, [], app_transaction=("b", 1))
+    assert entry.read_bytes() == before
+    assert [n for n in os.listdir(entry.parent) if n.startswith(".tmp")] == []
+    assert sink.open(TABLE).transaction_version("a") == 1 and sink.open(TABLE).transaction_version("b") is None
