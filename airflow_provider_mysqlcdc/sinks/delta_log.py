@@ -129,10 +129,10 @@ def _put_if_absent(storage: lake_storage.LakeStorage, url: str, data: bytes) -> 
     if lake_storage.is_local(url):
         path = lake_storage.local_path(url)
         tmp = f"{os.path.dirname(path)}/.tmp-{uuid.uuid4().hex}.json"
+        # written whole before it is linked in, not fsynced: as delta-rs' own local commits (a staged
+        # file hard-linked into place), and the data files it names are not fsynced either
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         try:
             os.link(tmp, path)  # atomic, and fails if the entry exists
         except FileExistsError:

@@ -151,6 +151,23 @@ def _rewrite_by_log(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.
     )
 
 
+def prime_table_state(sink: DeltaSink, table: str, dt: DeltaTable, app_id: str) -> bool:
+    """Carry ``table``'s state from the stream's start (``dt``: the table, just loaded) when its
+    batches will take the direct rewrite; True if it does. The first batch over hundreds of tables
+    then reads no log and asks no batch id, as every later one."""
+    uri = sink.table_uri(table)
+    if not sink.rewrite_below_bytes or sink.route_of(table) or not log_writable(sink.storage, uri):
+        return False
+    if unsupported_reason(dt) is not None:
+        return False
+    state = TableState.of(uri, dt, None)
+    if state.size > sink.rewrite_below_bytes:
+        return False
+    state.recorded(app_id, dt)
+    sink.table_states.put(state)
+    return True
+
+
 def _checkpoint(sink: DeltaSink, table: str) -> None:
     """The checkpoint (and expired log cleanup) delta-rs' own commit would have made here."""
     dt = sink.latest(table)
@@ -209,4 +226,4 @@ def _rewrite_by_delta_rs(sink: DeltaSink, table: str, upserts: pa.Table, deletes
     )
 
 
-__all__ = ["rewrite_small_table"]
+__all__ = ["prime_table_state", "rewrite_small_table"]

@@ -119,6 +119,7 @@ def start_stream(
 
     With an object-store state store the query checkpoints to ``checkpoint`` (made here if not
     given), whose new files every micro-batch copies into the store before it applies anything."""
+    from airflow_provider_mysqlcdc.sinks.delta_small_table import prime_table_state
     from airflow_provider_mysqlcdc.stream.spark_source import register
 
     opts = options or StreamOptions()
@@ -131,10 +132,11 @@ def start_stream(
             "the stream operator (which builds the manifest) first"
         )
     sink.routes = manifest.selection.routing  # routed shards write their share of a shared table
+    loaded = {}
     for t in manifest.tables:  # another pipeline's table is refused before anything runs
         if not sink.exists(t):
             continue
-        dt = sink.latest(t)  # loaded once here: batches read only new log entries
+        dt = loaded[t] = sink.latest(t)  # loaded once here: batches read only new log entries
         sink.check_owner(t, dt)
         if sink.owner is not None and sink.owner_of(t, dt) is None:
             sink.claim(t)  # a table created before owners were recorded
@@ -152,6 +154,9 @@ def start_stream(
     for k, v in opts.source_options().items():
         reader = reader.option(k, v)
     applier = BatchApplier(store, sink, manifest, opts, staging, checkpoint)
+    primed = sum(prime_table_state(sink, t, dt, applier.app_id) for t, dt in loaded.items())
+    if primed:
+        log.info("stream %s: %d small tables committed directly from their carried state", store.pipeline_id, primed)
     location = checkpoint.local if checkpoint is not None else store.url(checkpoint_dir(store, manifest))
     query = (
         reader.load()
