@@ -61,6 +61,8 @@ FILE_ROWS = 1_000_000
 READ_BATCH_ROWS = 65_536
 
 Progress = Callable[[str, dict[str, Any]], None]
+#: Local directories this process has made (a small table's every batch writes into the same one).
+_MADE_DIRS: set[str] = set()
 
 
 @dataclass
@@ -128,6 +130,19 @@ class _TableFiles:
             os.makedirs(os.path.dirname(self.path(rel)), exist_ok=True)
             return pa.OSFile(self.path(rel), "wb")
         return self.fs.open(self.path(rel), "wb")
+
+    def write_bytes(self, rel: str, data: bytes | pa.Buffer) -> None:
+        """A whole small file in one write (one PUT on an object store)."""
+        if self.fs is not None:
+            self.fs.pipe_file(self.path(rel), data if isinstance(data, bytes) else data.to_pybytes())
+            return
+        path = self.path(rel)
+        directory = os.path.dirname(path)
+        if directory not in _MADE_DIRS:
+            os.makedirs(directory, exist_ok=True)
+            _MADE_DIRS.add(directory)
+        with open(path, "wb") as f:
+            f.write(data)
 
     def size(self, rel: str) -> int:
         return os.path.getsize(self.path(rel)) if self.fs is None else int(self.fs.size(self.path(rel)))

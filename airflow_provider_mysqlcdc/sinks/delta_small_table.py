@@ -23,9 +23,12 @@ import json
 import logging
 import time
 import uuid
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import CommitProperties, Transaction
@@ -48,7 +51,7 @@ from airflow_provider_mysqlcdc.sinks.delta_merge import (
     conform_upserts,
     delta_arrow_schema,
 )
-from airflow_provider_mysqlcdc.sinks.delta_rewrite import _added, _conform, _FileWriter, _TableFiles
+from airflow_provider_mysqlcdc.sinks.delta_rewrite import _added, _conform, _FileWriter, _NewFile, _TableFiles
 from airflow_provider_mysqlcdc.sinks.delta_routing import file_schema
 from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, file_stats
 from airflow_provider_mysqlcdc.sinks.delta_table_state import TableState
@@ -112,20 +115,14 @@ def _rewrite_by_log(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.
             log.info("%s: batch %s/%s already applied (table records %s); skipped", table, app_id, version, done)
             return False
         files = _TableFiles.of(sink, table, None)
-        current = state.rows
-        if current is None:
-            parts = [_conform(files.reader(rel).read(), state.schema) for rel in state.files]
-            current = pa.concat_tables(parts) if parts else state.schema.empty_table()
+        current = state.rows if state.rows is not None else _read_rows(files, state)
         rows = _remaining_rows(current, state.schema, table, upserts, deletes, key, fill_absent=False)
-        out = _FileWriter(files, files.stream_dir, f"b{version:010d}-{uuid.uuid4().hex[:12]}-table", state.schema,
-                          state.configuration)  # fmt: skip
-        if rows.num_rows:
-            out.write(rows)
-        out.close()
-        now = int(time.time() * 1000)
         columns = declared_stats_columns(state.configuration)
+        written = [_write_rows(files, f"{files.stream_dir}/b{version:010d}-{uuid.uuid4().hex[:12]}-table.parquet",
+                               rows, key, columns)] if rows.num_rows else []  # fmt: skip
+        now = int(time.time() * 1000)
         actions = [*(remove_entry(rel, size, {}, now) for rel, size in state.files.items()),
-                   *(add_entry(f.rel, f.size, {}, now, file_stats(f.rows, f.ranges, columns)) for f in out.written)]
+                   *(add_entry(f.rel, f.size, {}, now, file_stats(f.rows, f.ranges, columns)) for f in written)]
         details = {"app_id": app_id, "version": version, "upserts": upserts.num_rows, "deletes": deletes.num_rows,
                    "small_table_rewrite": True}  # fmt: skip
         try:
@@ -138,9 +135,9 @@ def _rewrite_by_log(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.
             dt = None
             time.sleep(min(0.01 * attempt, 1.0))
             continue
-        states.committed(state, committed, {f.rel: f.size for f in out.written}, rows, (app_id, version))
+        states.committed(state, committed, {f.rel: f.size for f in written}, rows, (app_id, version))
         log.debug("%s: batch %s/%s rewrote %d file(s) into %d (%d rows; %d upserts, %d deletes) as version %s",
-                  table, app_id, version, len(actions) - len(out.written), len(out.written), rows.num_rows,
+                  table, app_id, version, len(actions) - len(written), len(written), rows.num_rows,
                   upserts.num_rows, deletes.num_rows, committed)  # fmt: skip
         if checkpoint_due(committed, state.configuration):
             _checkpoint(sink, table)
@@ -151,10 +148,30 @@ def _rewrite_by_log(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.
     )
 
 
+def _write_rows(files: _TableFiles, rel: str, rows: pa.Table, key: list[str], columns: list[str] | None) -> _NewFile:
+    """``rows`` (sorted by ``key``) as one data file, with the value ranges of the statistics
+    ``columns``: the first key column's are its first and last values."""
+    buf = pa.BufferOutputStream()
+    pq.write_table(rows, buf, use_dictionary=False, compression="snappy")
+    data = buf.getvalue()
+    files.write_bytes(rel, data)
+    ranges: dict[str, tuple[Any, Any, int]] = {}
+    for c in columns or []:
+        if c not in rows.column_names:
+            continue
+        col = rows.column(c)
+        if c == key[0] and not col.null_count:
+            ranges[c] = (col[0].as_py(), col[-1].as_py(), 0)
+        else:
+            mm = pc.min_max(col)
+            ranges[c] = (mm["min"].as_py(), mm["max"].as_py(), col.null_count)
+    return _NewFile(rel, rows.num_rows, data.size, ranges)
+
+
 def prime_table_state(sink: DeltaSink, table: str, dt: DeltaTable, app_id: str) -> bool:
-    """Carry ``table``'s state from the stream's start (``dt``: the table, just loaded) when its
-    batches will take the direct rewrite; True if it does. The first batch over hundreds of tables
-    then reads no log and asks no batch id, as every later one."""
+    """Carry ``table``'s state, rows included, from the stream's start (``dt``: the table, just
+    loaded) when its batches will take the direct rewrite; True if it does. The first batch over
+    hundreds of tables then reads no log, asks no batch id and reads no file, as every later one."""
     uri = sink.table_uri(table)
     if not sink.rewrite_below_bytes or sink.route_of(table) or not log_writable(sink.storage, uri):
         return False
@@ -164,8 +181,15 @@ def prime_table_state(sink: DeltaSink, table: str, dt: DeltaTable, app_id: str) 
     if state.size > sink.rewrite_below_bytes:
         return False
     state.recorded(app_id, dt)
+    state.rows = _read_rows(_TableFiles.of(sink, table, None), state)
     sink.table_states.put(state)
     return True
+
+
+def _read_rows(files: _TableFiles, state: TableState) -> pa.Table:
+    """The table's rows, read from the files ``state`` lists, in its schema."""
+    parts = [_conform(files.reader(rel).read(), state.schema) for rel in state.files]
+    return pa.concat_tables(parts) if parts else state.schema.empty_table()
 
 
 def _checkpoint(sink: DeltaSink, table: str) -> None:
