@@ -37,9 +37,10 @@ default: at Spark's default 1g the single-reader run dies of a Java heap OOM, se
   distinct keys for ``--lag-seconds``; then the same at ``--lag-rate-high`` rows/s (5,000: ten-row
   transactions, ``--lag-high-tx-rows``) -> ``lag_p99_s_5k``; after each, sink == source is checked; each update
   writes a unique value into ``customer`` and records when its commit returned; a poller reads the
-  Delta log every 0.05 s and records when each table version first became visible (the time its
-  read of the log returned); afterwards each
-  version is scanned for the values it made visible. ``lag = visible - committed`` per change
+  Delta log every 0.05 s (writer and poller each in a process of its own, as a source application
+  and a lake reader are: as threads they held the stream driver's GIL) and records when each table
+  version first became visible (the time its read of the log returned); afterwards each version is
+  scanned for the values it made visible. ``lag = visible - committed`` per change
   (``lag_p50_s``, ``lag_p99_s``; the poll interval adds 0-0.05 s). Also reported: the same against
   the Delta commit timestamps (``lag_commit_*``) and the stream's own per-batch status
   ``lag_seconds`` (``lag_status_*``; whole-second binlog timestamps).
@@ -99,6 +100,7 @@ from airflow_provider_mysqlcdc.stream.job import (
 )
 from bench.huge_tx import huge_tx_scenario
 from tests.support.bench_data import load_orders as load
+from tests.support.lag_writers import ProcessPoller, ProcessWriter, update_keys
 from tests.support.manifests import manifest_from
 from tests.support.mariadb import MariaDBServer
 
@@ -106,6 +108,8 @@ log = logging.getLogger("bench.stream")
 
 TABLE = "bench.orders"
 SEQ_BASE = 100_000_000  # lag writer's customer values: above anything the load or the updates write
+#: ``--lag-rewrite-below-mb``: the lag streams' ``StreamOptions.rewrite_below_mb``.
+LAG_REWRITE_BELOW_MB = StreamOptions().rewrite_below_mb
 POLL_SECONDS = 0.05  # 0.2 until Nov 26: it added up to 0.2 s to every measured lag
 
 
@@ -482,71 +486,6 @@ def breakdown(
 
 
 # ----------------------------------------------------------------------------- lag
-class LagWriter(threading.Thread):
-    """``rate`` row UPDATEs/s on distinct random keys, ``rows_per_tx`` single-row UPDATEs per
-    transaction; records each change's commit time."""
-
-    def __init__(self, server: MariaDBServer, rows: int, rate: float, seconds: float, rows_per_tx: int = 1):
-        super().__init__(daemon=True)
-        self.server, self.rate, self.seconds, self.rows_per_tx = server, rate, seconds, max(1, rows_per_tx)
-        total = int(rate * seconds) + 1
-        self.keys = random.Random(11).sample(range(1, rows + 1), min(rows, total))
-        self.committed: dict[int, float] = {}  # customer value -> wall time the commit returned
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            conn = self.server.root_connection("bench")
-            cur = conn.cursor()
-            t0 = time.monotonic()
-            n = self.rows_per_tx
-            for i in range(0, len(self.keys), n):
-                if time.monotonic() - t0 >= self.seconds:
-                    break
-                batch = [(SEQ_BASE + i + j, key) for j, key in enumerate(self.keys[i : i + n])]
-                if n > 1:
-                    conn.begin()
-                for seq, key in batch:
-                    cur.execute("UPDATE orders SET customer = %s, created = NOW(6) WHERE id = %s", (seq, key))
-                if n > 1:
-                    conn.commit()
-                done = time.time()  # the commit returned (autocommit for single rows)
-                for seq, _ in batch:
-                    self.committed[seq] = done
-                delay = t0 + (i + len(batch)) / self.rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            conn.close()
-        except BaseException as exc:  # reported by the main thread
-            self.error = exc
-
-
-class DeltaPoller(threading.Thread):
-    """Records the wall time at which each version of the Delta table is first visible to a reader."""
-
-    def __init__(self, uri: str):
-        super().__init__(daemon=True)
-        self.dt = DeltaTable(uri)
-        self.seen: dict[int, float] = {self.dt.version(): time.time()}
-        self.stop_event = threading.Event()
-        self.errors: list[str] = []
-
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            t = time.time()
-            try:
-                self.dt.update_incremental()
-            except Exception as exc:  # a log entry being written, say: read it again next poll
-                self.errors.append(repr(exc)[:300])
-                self.stop_event.wait(POLL_SECONDS)
-                continue
-            v = self.dt.version()
-            seen_at = time.time()  # a version found now was visible by now (not before it was committed)
-            for missing in range(max(self.seen) + 1, v + 1):
-                self.seen.setdefault(missing, seen_at)
-            self.stop_event.wait(max(0.0, POLL_SECONDS - (time.time() - t)))
-
-
 def rewritten_per_version(uri: str, after: int, upto: int) -> list[tuple[int, int]]:
     """(bytes, rows) of the data files each table version in ``(after, upto]`` added: what a batch
     wrote, i.e. rewrote of the table (a copy-on-write MERGE rewrites every file it touches)."""
@@ -577,7 +516,8 @@ def lag_run(
     start = offset_now(settings)
     store, sink = pipeline(work, name, manifest_from(base, start), lake_from)
     uri = sink.table_uri(TABLE)
-    opts = StreamOptions(trigger_seconds=trigger, readers=2, max_events_per_trigger=max_events)
+    opts = StreamOptions(trigger_seconds=trigger, readers=2, max_events_per_trigger=max_events,
+                         rewrite_below_mb=LAG_REWRITE_BELOW_MB)
     query = start_stream(spark, settings, store, sink, opts)
     try:
         # the query is up once it has run its first (empty) trigger
@@ -589,9 +529,13 @@ def lag_run(
                 raise RuntimeError("the lag stream made no progress in 120 s")
             time.sleep(0.1)
         v0 = DeltaTable(uri).version()
-        poller = DeltaPoller(uri)
+        # writer and poller in processes of their own, as a source application and a lake reader are:
+        # not contending for the stream driver's GIL (tests/support/lag_writers.py)
+        poller = ProcessPoller(uri, POLL_SECONDS)
         poller.start()
-        writer = LagWriter(server, rows, rate, seconds, rows_per_tx)
+        keys = random.Random(11).sample(range(1, rows + 1), min(rows, int(rate * seconds) + 1))
+        writer = ProcessWriter(update_keys, socket=server.socket, database="bench", keys=keys, rate=rate,
+                               seconds=seconds, rows_per_tx=rows_per_tx, first_value=SEQ_BASE)  # fmt: skip
         t0 = time.monotonic()
         writer.start()
         writer.join()
@@ -600,8 +544,7 @@ def lag_run(
             raise RuntimeError(f"the lag writer failed: {writer.error}")
         wait_caught_up(query, offset_now(settings), timeout=300)
         time.sleep(2 * POLL_SECONDS)
-        poller.stop_event.set()
-        poller.join()
+        poller.stop()
     finally:
         stop_gracefully(query)
 
@@ -681,6 +624,8 @@ def main() -> int:
     p.add_argument("--lag-high-tx-rows", type=int, default=10, help="rows per transaction of the high-load scenario")
     p.add_argument("--lag-trigger", type=float, default=StreamOptions().trigger_seconds,
                    help="trigger interval of the lag streams (default: the product's default)")
+    p.add_argument("--lag-rewrite-below-mb", type=int, default=StreamOptions().rewrite_below_mb,
+                   help="the lag streams' rewrite_below_mb (tables up to this size are rewritten, not MERGEd)")
     p.add_argument("--only-lag", action="store_true", help="skip the throughput runs (lag scenarios only)")
     p.add_argument("--big-table", action="store_true",
                    help="the big-table scenario only (issue 16 item 2): --rows 20,000,000 unless given, 125,000-row "
@@ -696,6 +641,8 @@ def main() -> int:
     p.add_argument("--huge-tx-rounds", type=int, default=3, help="interleaved rounds of the huge-transaction scenario")
     p.add_argument("--only-huge-tx", action="store_true", help="run the huge-transaction scenario only")
     args = p.parse_args()
+    global LAG_REWRITE_BELOW_MB
+    LAG_REWRITE_BELOW_MB = args.lag_rewrite_below_mb
     if args.big_table:  # one long lag run into a big table: nothing else
         args.rows = args.rows or 20_000_000
         args.only_lag, args.huge_tx_rows, args.lag_rate_high, args.no_breakdown = True, 0, 0.0, True

@@ -25,6 +25,7 @@ import uuid
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, SCHEMA_CHANGE_POLICIES
+from airflow_provider_mysqlcdc.stream.options import StreamOptions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
     p.add_argument("--apply-threads", type=int, default=4,
                    help="tables of one micro-batch applied at once (default 4; 1 = one after the other)")
-    p.add_argument("--rewrite-below-mb", type=int, default=8,
-                   help="Delta tables up to this size take a batch by a file rewrite instead of a MERGE (default 8; "
-                   "0 = always MERGE)")
+    p.add_argument("--rewrite-below-mb", type=int, default=StreamOptions().rewrite_below_mb,
+                   help="Delta tables up to this size take a batch by a whole-table rewrite instead of a MERGE "
+                   f"(default {StreamOptions().rewrite_below_mb}; 0 = always MERGE)")
     p.add_argument("--schema-change-policy", choices=SCHEMA_CHANGE_POLICIES, default=DEFAULT_SCHEMA_CHANGE_POLICY,
                    help="what a DDL of a captured table does: evolve (the lake follows), lenient (the lake keeps "
                    "what it has: dropped columns kept, TRUNCATE ignored), fail (stop before it)")
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_mysqlcdc.storage import STORAGE_ENV, LakeStorage
     from airflow_provider_mysqlcdc.stream.control import StreamRunRecorder
     from airflow_provider_mysqlcdc.stream.failure import explain_stream_failure
-    from airflow_provider_mysqlcdc.stream.job import StreamOptions, run_stream
+    from airflow_provider_mysqlcdc.stream.job import run_stream
 
     storage = LakeStorage.from_env()
     store = StateStore(args.state_root, args.pipeline_id, storage)

@@ -32,10 +32,11 @@ class StreamOptions:
     # batch touching many tables overlaps their commits. Only when the in-memory tables' folds fit
     # apply_memory_mb together; otherwise they go one by one.
     apply_threads: int = 4
-    # Tables whose Delta data files total at most this many MiB take a batch by a direct
-    # copy-on-write rewrite of the files it touches (sinks/delta_rewrite.py) instead of a delta-rs
-    # MERGE, whose query planning is most of a small table's apply time. 0 = always MERGE.
-    rewrite_below_mb: int = 8
+    # Tables whose Delta data files total at most this many MiB take a batch by rewriting the whole
+    # table as one file from the rows the stream carries (sinks/delta_small_table.py) instead of a
+    # delta-rs MERGE, whose query planning is most of a small table's apply time; the rewrite's cost
+    # grows with the table, so larger ones keep the MERGE (bench/RESULTS.md). 0 = always MERGE.
+    rewrite_below_mb: int = 16
     # What the stream does with a DDL of a captured table (core/schema_policy.py): evolve, lenient, fail.
     schema_change_policy: str = DEFAULT_SCHEMA_CHANGE_POLICY
     # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.
