@@ -33,9 +33,10 @@ default: at Spark's default 1g the single-reader run dies of a Java heap OOM, se
   ``ratio_vs_bare_reader``), and every run carries the CPU our process tree used and the busy cores
   that were not ours (``foreign_cores``);
 * lag: a stream (readers=2, trigger ``--lag-trigger``: the product's default unless given) from
-  the current offset, a writer doing ``--lag-rate`` single-row UPDATE transactions/s on random
-  distinct keys for ``--lag-seconds``; then the same at ``--lag-rate-high`` rows/s (5,000: ten-row
-  transactions, ``--lag-high-tx-rows``) -> ``lag_p99_s_5k``; after each, sink == source is checked; each update
+  the current offset; once it has run a first trigger and applied one warm-up change, a writer
+  doing ``--lag-rate`` single-row UPDATE transactions/s on random distinct keys for
+  ``--lag-seconds``; then the same at ``--lag-rate-high`` rows/s (5,000: ten-row transactions,
+  ``--lag-high-tx-rows``) -> ``lag_p99_s_5k``; after each, sink == source is checked; each update
   writes a unique value into ``customer`` and records when its commit returned; a poller reads the
   Delta log every 0.05 s (writer and poller each in a process of its own, as a source application
   and a lake reader are: as threads they held the stream driver's GIL) and records when each table
@@ -528,6 +529,9 @@ def lag_run(
             if time.monotonic() > deadline:
                 raise RuntimeError("the lag stream made no progress in 120 s")
             time.sleep(0.1)
+        # and has applied a first change (its Python workers started, as in a stream that has been running)
+        server.execute("UPDATE orders SET created = NOW(6) WHERE id = 1", database="bench")
+        wait_caught_up(query, offset_now(settings), timeout=300)
         v0 = DeltaTable(uri).version()
         # writer and poller in processes of their own, as a source application and a lake reader are:
         # not contending for the stream driver's GIL (tests/support/lag_writers.py)
