@@ -10,8 +10,10 @@ concurrently: they touch disjoint files, which delta-rs' conflict checker accept
 :class:`DeltaSink` is the one handle the rest of the package writes through (table locations,
 ownership, snapshot commits, reads). Applying a stream batch lives in
 :mod:`~airflow_provider_mysqlcdc.sinks.delta_merge` (one MERGE, skipped on replay by its
-transaction identifier) and :mod:`~airflow_provider_mysqlcdc.sinks.delta_rewrite` (the same in
-bounded memory); following an ``ALTER TABLE`` in :mod:`~airflow_provider_mysqlcdc.sinks.delta_schema`.
+transaction identifier), :mod:`~airflow_provider_mysqlcdc.sinks.delta_rewrite` (the same in
+bounded memory) and :mod:`~airflow_provider_mysqlcdc.sinks.delta_small_table` (small tables, from
+the state carried in :attr:`DeltaSink.table_states`); following an ``ALTER TABLE`` in
+:mod:`~airflow_provider_mysqlcdc.sinks.delta_schema`.
 See docs/architecture.md, "The sink".
 """
 

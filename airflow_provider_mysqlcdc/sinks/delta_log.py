@@ -128,7 +128,7 @@ def checkpoint_due(version: int, configuration: Mapping[str, str] | None) -> boo
 def _put_if_absent(storage: lake_storage.LakeStorage, url: str, data: bytes) -> bool:
     if lake_storage.is_local(url):
         path = lake_storage.local_path(url)
-        tmp = f"{os.path.dirname(path)}/.tmp-{uuid.uuid4().hex}.json"
+        tmp = f"{os.path.dirname(path)}/_commit_{uuid.uuid4()}.json.tmp"  # delta-rs' own temporary name
         # written whole before it is linked in, not fsynced: as delta-rs' own local commits (a staged
         # file hard-linked into place), and the data files it names are not fsynced either
         with open(tmp, "wb") as f:

@@ -155,5 +155,5 @@ def test_an_existing_log_entry_is_never_replaced(tmp_path: Path) -> None:
     with pytest.raises(LogConflict):
         commit_actions(LOCAL, uri, 0, [], app_transaction=("b", 1))
     assert entry.read_bytes() == before
-    assert [n for n in os.listdir(entry.parent) if n.startswith(".tmp")] == []
+    assert [n for n in os.listdir(entry.parent) if n.endswith(".tmp")] == []
     assert sink.open(TABLE).transaction_version("a") == 1 and sink.open(TABLE).transaction_version("b") is None
