@@ -141,7 +141,12 @@ class _TableFiles:
         if directory not in _MADE_DIRS:
             os.makedirs(directory, exist_ok=True)
             _MADE_DIRS.add(directory)
-        with open(path, "wb") as f:
+        try:
+            f = open(path, "wb")  # closed below
+        except FileNotFoundError:  # the directory went since (a table's directory removed and made again)
+            os.makedirs(directory, exist_ok=True)
+            f = open(path, "wb")
+        with f:
             f.write(data)
 
     def size(self, rel: str) -> int:

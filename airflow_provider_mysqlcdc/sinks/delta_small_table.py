@@ -102,11 +102,10 @@ def _rewrite_by_log(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.
         if state is None or app_id not in state.transactions:
             dt = dt if dt is not None else sink.latest(table)
             sink.check_owner(table, dt)
-            state = TableState.of(uri, dt, unsupported_reason(dt))
-            state.recorded(app_id, dt)
+            state = TableState.of(uri, dt, unsupported_reason(dt), app_id)
             states.put(state)
         if state.log_blocker is not None:
-            log.info("%s: committed through delta-rs (its %s asks more of a writer than a direct log entry)",
+            log.debug("%s: committed through delta-rs (its %s asks more of a writer than a direct log entry)",
                      table, state.log_blocker)  # fmt: skip
             states.forget(uri)
             return _rewrite_by_delta_rs(sink, table, upserts, deletes, key, app_id, version, dt)
@@ -177,10 +176,9 @@ def prime_table_state(sink: DeltaSink, table: str, dt: DeltaTable, app_id: str) 
         return False
     if unsupported_reason(dt) is not None:
         return False
-    state = TableState.of(uri, dt, None)
+    state = TableState.of(uri, dt, None, app_id)
     if state.size > sink.rewrite_below_bytes:
         return False
-    state.recorded(app_id, dt)
     state.rows = _read_rows(_TableFiles.of(sink, table, None), state)
     sink.table_states.put(state)
     return True

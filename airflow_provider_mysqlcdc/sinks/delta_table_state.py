@@ -45,10 +45,11 @@ class TableState:
     rows: pa.Table | None = None
 
     @classmethod
-    def of(cls, uri: str, dt: DeltaTable, log_blocker: str | None) -> TableState:
-        """The state of ``dt`` (the table at ``uri``) at its loaded version."""
+    def of(cls, uri: str, dt: DeltaTable, log_blocker: str | None, app_id: str) -> TableState:
+        """The state of ``dt`` (the table at ``uri``) at its loaded version, with the last batch of
+        ``app_id`` it records."""
         actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
-        return cls(
+        state = cls(
             uri=uri,
             version=dt.version(),
             schema=pa.schema(dt.schema().to_arrow()),
@@ -56,6 +57,8 @@ class TableState:
             files=dict(zip(actions.get("path", []), actions.get("size_bytes", []), strict=True)),
             log_blocker=log_blocker,
         )
+        state.recorded(app_id, dt)
+        return state
 
     @property
     def size(self) -> int:

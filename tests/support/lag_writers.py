@@ -58,25 +58,25 @@ def _finish(out_path: str, committed: dict[int, float], error: BaseException | N
         json.dump({"committed": committed, "error": None if error is None else repr(error)}, f)
 
 
-def update_random_tables(*, out_path: str, socket: str, tables: list[str], rows: int, rate: float, seconds: float,
-                         first_value: int, seed: int) -> None:  # fmt: skip
-    """``rate`` single-row UPDATE transactions/s, each on a random table and key, setting ``v`` to a
-    new sequence number from ``first_value`` on; records when each commit returned."""
+def _paced(out_path: str, socket: str, database: str | None, rate: float, seconds: float,
+           write: Callable[[Any, Any, int], list[int]]) -> None:  # fmt: skip
+    """Calls ``write(connection, cursor, rows written so far)``, which commits and returns the values
+    it wrote, at ``rate`` rows/s until ``seconds`` pass or it returns none; records when each
+    value's commit returned and leaves the result (or the failure) in ``out_path``."""
     committed: dict[int, float] = {}
     error: BaseException | None = None
-    rnd = random.Random(seed)
     try:
-        conn = pymysql.connect(unix_socket=socket, user="root", password="", autocommit=True, charset="utf8mb4")
+        conn = pymysql.connect(unix_socket=socket, user="root", password="", database=database, autocommit=True,
+                               charset="utf8mb4")  # fmt: skip
         with conn.cursor() as cur:
             t0 = time.monotonic()
-            n = 0
             while time.monotonic() - t0 < seconds:
-                seq = first_value + n
-                table, key = rnd.choice(tables), rnd.randint(1, rows)
-                cur.execute(f"UPDATE {table} SET v = {seq} WHERE id = {key}")
-                committed[seq] = time.time()
-                n += 1
-                delay = t0 + n / rate - time.monotonic()
+                values = write(conn, cur, len(committed))
+                if not values:
+                    break
+                done = time.time()  # the commit returned
+                committed.update(dict.fromkeys(values, done))
+                delay = t0 + len(committed) / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
         conn.close()
@@ -85,38 +85,37 @@ def update_random_tables(*, out_path: str, socket: str, tables: list[str], rows:
     _finish(out_path, committed, error)
 
 
+def update_random_tables(*, out_path: str, socket: str, tables: list[str], rows: int, rate: float, seconds: float,
+                         first_value: int, seed: int) -> None:  # fmt: skip
+    """``rate`` single-row UPDATE transactions/s, each on a random table and key, setting ``v`` to a
+    new sequence number from ``first_value`` on; records when each commit returned."""
+    rnd = random.Random(seed)
+
+    def write(conn: Any, cur: Any, done: int) -> list[int]:
+        seq = first_value + done
+        cur.execute(f"UPDATE {rnd.choice(tables)} SET v = {seq} WHERE id = {rnd.randint(1, rows)}")
+        return [seq]
+
+    _paced(out_path, socket, None, rate, seconds, write)
+
+
 def update_keys(*, out_path: str, socket: str, database: str, keys: list[int], rate: float, seconds: float,
                 rows_per_tx: int, first_value: int) -> None:  # fmt: skip
     """``rate`` row UPDATEs/s of ``database.orders`` on ``keys`` in order, ``rows_per_tx`` per
     transaction, setting ``customer`` to a new sequence number; records when each commit returned."""
-    committed: dict[int, float] = {}
-    error: BaseException | None = None
     n = max(1, rows_per_tx)
-    try:
-        conn = pymysql.connect(unix_socket=socket, user="root", password="", database=database, autocommit=True,
-                               charset="utf8mb4")  # fmt: skip
-        cur = conn.cursor()
-        t0 = time.monotonic()
-        for i in range(0, len(keys), n):
-            if time.monotonic() - t0 >= seconds:
-                break
-            batch = [(first_value + i + j, key) for j, key in enumerate(keys[i : i + n])]
-            if n > 1:
-                conn.begin()
-            for seq, key in batch:
-                cur.execute("UPDATE orders SET customer = %s, created = NOW(6) WHERE id = %s", (seq, key))
-            if n > 1:
-                conn.commit()
-            done = time.time()  # the commit returned (autocommit for single rows)
-            for seq, _ in batch:
-                committed[seq] = done
-            delay = t0 + (i + len(batch)) / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-        conn.close()
-    except BaseException as exc:  # reported by the parent
-        error = exc
-    _finish(out_path, committed, error)
+
+    def write(conn: Any, cur: Any, done: int) -> list[int]:
+        batch = [(first_value + done + j, key) for j, key in enumerate(keys[done : done + n])]
+        if n > 1:
+            conn.begin()
+        for seq, key in batch:
+            cur.execute("UPDATE orders SET customer = %s, created = NOW(6) WHERE id = %s", (seq, key))
+        if n > 1:
+            conn.commit()
+        return [seq for seq, _ in batch]
+
+    _paced(out_path, socket, database, rate, seconds, write)
 
 
 class ProcessPoller:
