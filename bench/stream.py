@@ -74,8 +74,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psutil
 import pyarrow as pa
-import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -87,6 +86,7 @@ from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.server import current_offset
+from airflow_provider_mysqlcdc.sinks.deletion_vector import vector_location
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.spark_session import build_spark_session
@@ -396,11 +396,13 @@ def throughput_run(
 
 
 def check_sink(server: MariaDBServer, sink: DeltaSink) -> bool:
-    """Cheap equality check: row count and sum(customer), amount and flag in source and sink."""
+    """Cheap equality check: row count and sum(customer), amount and flag in source and sink (the
+    sink read by delta-rs' engine, which applies deletion vectors)."""
     src = server.query("SELECT COUNT(*), SUM(customer), SUM(amount), SUM(flag) FROM bench.orders")[0]
-    t = sink.open(TABLE).to_pyarrow_table(columns=["customer", "amount", "flag"])
-    dst = (t.num_rows, pc.sum(t["customer"]).as_py(), pc.sum(t["amount"]).as_py(), pc.sum(t["flag"]).as_py())
-    ok = (int(src[0]), int(src[1]), src[2], int(src[3])) == (dst[0], dst[1], dst[2], dst[3])
+    sql = "SELECT count(*) AS n, sum(customer) AS c, sum(amount) AS a, sum(flag) AS f FROM t"
+    got = pa.table(QueryBuilder().register("t", sink.open(TABLE)).execute(sql).read_all())
+    dst = tuple(got.column(c)[0].as_py() for c in ("n", "c", "a", "f"))
+    ok = (int(src[0]), int(src[1]), src[2], int(src[3])) == (int(dst[0]), int(dst[1]), dst[2], int(dst[3]))
     if not ok:
         log.warning("sink differs from source: source %s, sink %s", src, dst)
     return ok
@@ -488,18 +490,31 @@ def breakdown(
 
 # ----------------------------------------------------------------------------- lag
 def rewritten_per_version(uri: str, after: int, upto: int) -> list[tuple[int, int]]:
-    """(bytes, rows) of the data files each table version in ``(after, upto]`` added: what a batch
-    wrote, i.e. rewrote of the table (a copy-on-write MERGE rewrites every file it touches)."""
+    """(bytes, rows) each batch's table version in ``(after, upto]`` wrote: its new data files (a
+    copy-on-write MERGE rewrites every file it touches) and its deletion vector files. A file added
+    again with a new deletion vector is not rewritten; compactions (no data change) are left out."""
     out = []
     for v in range(after + 1, upto + 1):
         nbytes = nrows = 0
+        vectors: set[str] = set()
         with open(os.path.join(uri, "_delta_log", f"{v:020d}.json")) as f:
-            for line in f:
-                add = json.loads(line).get("add")
-                if add:
-                    nbytes += int(add.get("size") or 0)
-                    nrows += int(json.loads(add.get("stats") or "{}").get("numRecords") or 0)
-        out.append((nbytes, nrows))
+            actions = [json.loads(line) for line in f]
+        removed = {a["remove"]["path"] for a in actions if a.get("remove")}
+        for a in actions:
+            add = a.get("add")
+            if not add or not add.get("dataChange", True):
+                continue
+            dv = add.get("deletionVector")
+            if dv and dv.get("storageType") == "u":
+                vectors.add(vector_location(dv))
+            if add["path"] in removed and dv:
+                continue  # the same file, with a new deletion vector
+            nbytes += int(add.get("size") or 0)
+            nrows += int(json.loads(add.get("stats") or "{}").get("numRecords") or 0)
+        nbytes += sum(os.path.getsize(os.path.join(uri, name)) for name in vectors
+                      if os.path.exists(os.path.join(uri, name)))  # fmt: skip
+        if nbytes or nrows:
+            out.append((nbytes, nrows))
     return out
 
 
@@ -558,9 +573,8 @@ def lag_run(
     history = {int(h["version"]): h["timestamp"] / 1000 for h in DeltaTable(uri).history() if "version" in h}
     prev: set[int] = set()
     for v in sorted(x for x in poller.seen if x > v0):
-        t = DeltaTable(uri, version=v).to_pyarrow_dataset().to_table(
-            columns=["customer"], filter=pc.field("customer") >= SEQ_BASE
-        )
+        sql = f"SELECT customer FROM t WHERE customer >= {SEQ_BASE}"  # deletion vectors applied
+        t = pa.table(QueryBuilder().register("t", DeltaTable(uri, version=v)).execute(sql).read_all())
         now = set(t.column("customer").to_pylist())
         for seq in now - prev:
             visible.setdefault(seq, poller.seen[v])

@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rewrite-below-mb", type=int, default=StreamOptions().rewrite_below_mb,
                    help="Delta tables up to this size take a batch by a whole-table rewrite instead of a MERGE "
                    f"(default {StreamOptions().rewrite_below_mb}; 0 = always MERGE)")
+    p.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false",
+                   help="bigger tables take a batch by a MERGE (copy-on-write) instead of deletion vectors; for "
+                   "readers without deletion-vector support")
     p.add_argument("--schema-change-policy", choices=SCHEMA_CHANGE_POLICIES, default=DEFAULT_SCHEMA_CHANGE_POLICY,
                    help="what a DDL of a captured table does: evolve (the lake follows), lenient (the lake keeps "
                    "what it has: dropped columns kept, TRUNCATE ignored), fail (stop before it)")
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 apply_memory_mb=args.apply_memory_mb,
                 apply_threads=args.apply_threads,
                 rewrite_below_mb=args.rewrite_below_mb,
+                deletion_vectors=args.deletion_vectors,
                 schema_change_policy=args.schema_change_policy,
                 scratch_dir=args.scratch_dir,
                 source_env=args.source_env,

@@ -52,6 +52,9 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         ``stream_readers``, the stream's share of the connection's ``server_id_range``
     :param max_bytes_per_trigger: binlog bytes one micro-batch may take
     :param apply_threads: tables of one micro-batch applied at once (default 4; 1 = one by one)
+    :param deletion_vectors: bigger tables (one integer key) take a batch with Delta deletion vectors,
+        rewriting only the changed rows (default True); False keeps the copy-on-write MERGE, for
+        readers without deletion-vector support — README "Big tables"
     :param schema_change_policy: what a DDL of a captured table does — ``lenient`` (default: the lake
         keeps what it holds), ``evolve`` (the lake follows the source), ``fail`` (stop before it);
         README "Schema changes". Takes effect when the stream (re)starts.
@@ -76,6 +79,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         max_bytes_per_trigger: int | None = None,
         apply_memory_mb: int | None = None,
         apply_threads: int | None = None,
+        deletion_vectors: bool = True,
         schema_change_policy: str | None = None,
         maintenance_interval_seconds: float | None = None,
         vacuum_retention_hours: float | None = None,
@@ -92,6 +96,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.max_bytes_per_trigger = max_bytes_per_trigger
         self.apply_memory_mb = apply_memory_mb
         self.apply_threads = apply_threads
+        self.deletion_vectors = deletion_vectors
         self.schema_change_policy = schema_change_policy
         self.maintenance_interval_seconds = maintenance_interval_seconds
         self.vacuum_retention_hours = vacuum_retention_hours
@@ -116,6 +121,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
             args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
         if self.apply_threads:
             args += ["--apply-threads", str(int(self.apply_threads))]
+        if not self.deletion_vectors:
+            args.append("--no-deletion-vectors")
         if self.schema_change_policy:
             args += ["--schema-change-policy", check_policy(str(self.schema_change_policy))]
         if self.maintenance_interval_seconds is not None:

@@ -97,6 +97,7 @@ class DeltaSink:
         takeover: Iterable[str] = (),
         routes: Routes | None = None,
         rewrite_below_bytes: int = 0,
+        deletion_vectors: bool = False,
     ):
         if not root:
             raise ValueError("sink_root is empty: give the directory or URL where Delta tables should go")
@@ -108,6 +109,9 @@ class DeltaSink:
         self.routes = routes or Routes()
         # stream batches into tables this small are applied by a direct file rewrite, not a MERGE
         self.rewrite_below_bytes = rewrite_below_bytes
+        # bigger ones (one integer key) by deletion vectors instead of a MERGE (sinks/delta_dv_table.py)
+        self.deletion_vectors = deletion_vectors
+        self.dv_blocked: dict[str, str] = {}  # table URI -> why it keeps the MERGE (logged once)
         self._loaded: dict[str, DeltaTable] = {}  # tables the stream applies to, brought up to date per batch
         self.table_states = TableStates()  # small tables' state carried between batches (sinks/delta_table_state.py)
 
@@ -377,14 +381,24 @@ class DeltaSink:
         the batch by a rewrite of the whole table as one file
         (:mod:`~airflow_provider_mysqlcdc.sinks.delta_small_table`) instead — the same result and the
         same batch id, without a MERGE's query planning, which is most of a small table's apply time.
+        A bigger one with one integer key takes it with deletion vectors when ``deletion_vectors`` is
+        set (:mod:`~airflow_provider_mysqlcdc.sinks.delta_dv_table`): only the changed rows written.
         """
-        if self.rewrite_below_bytes and before_merge is None and (upserts.num_rows or deletes.num_rows):
-            state = self.table_states.get(self.table_uri(table))
-            dt = None if state is not None else self.latest(table)
-            size = state.size if state is not None else sum(self.table_files(table, dt).values())
-            if size <= self.rewrite_below_bytes:
-                return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
-            self.table_states.forget(self.table_uri(table))  # grown past it: the MERGE reads the table itself
+        if before_merge is None and (upserts.num_rows or deletes.num_rows):
+            big = self.table_states.get_big(self.table_uri(table))
+            if big is not None:
+                return self._apply_big(table, upserts, deletes, primary_key, app_id, version, big)
+            if self.rewrite_below_bytes:
+                state = self.table_states.get(self.table_uri(table))
+                dt = None if state is not None else self.latest(table)
+                size = state.size if state is not None else sum(self.table_files(table, dt).values())
+                if size <= self.rewrite_below_bytes:
+                    return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
+                self.table_states.forget(self.table_uri(table))  # grown past it: the MERGE reads the table itself
+            if self.deletion_vectors and self.table_uri(table) not in self.dv_blocked:
+                applied = self._apply_big(table, upserts, deletes, primary_key, app_id, version, None)
+                if applied is not None:  # None: the table keeps the MERGE (dv_blocked says why)
+                    return applied
         route = self.route_of(table)
         if route:
             upserts, deletes = stamp_source(upserts, route), stamp_source(deletes, route)
@@ -403,6 +417,12 @@ class DeltaSink:
         else:
             dt.update_incremental()
         return dt
+
+    def _apply_big(self, table: str, upserts: pa.Table, deletes: pa.Table, primary_key: Sequence[str], app_id: str,
+                   version: int, state: Any) -> bool | None:  # fmt: skip
+        from airflow_provider_mysqlcdc.sinks.delta_dv_table import apply_big_table
+
+        return apply_big_table(self, table, upserts, deletes, list(primary_key), app_id, version, state)
 
     def _rewrite_small(self, dt: DeltaTable | None, table: str, upserts: pa.Table, deletes: pa.Table, key: list[str],
                        app_id: str, version: int) -> bool:  # fmt: skip
@@ -425,6 +445,7 @@ class DeltaSink:
         See :func:`~airflow_provider_mysqlcdc.sinks.delta_schema.evolve_table_schema`.
         """
         self.table_states.forget(self.table_uri(table))
+        self.dv_blocked.pop(self.table_uri(table), None)
         route = self.route_of(table)
         if route:  # a shared table follows one shard's ADD COLUMN only
             check_shard_evolution(table, route, delta_arrow_schema(self.open(table)), new_schema, drop_columns,

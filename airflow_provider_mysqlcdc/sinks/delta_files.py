@@ -128,9 +128,13 @@ def commit_file_actions(
         sink._check_shard_schema(table, route, schema)
         new_schema = False
     schema = sink.lake_schema(table, schema)
+    from airflow_provider_mysqlcdc.sinks.delta_dv_purge import purge_deletion_vectors  # it builds on this module
+
     for attempt in range(20):
         dt = sink.open(table)
         sink.check_owner(table, dt)
+        if purge_deletion_vectors(sink, table, dt):  # these actions name files by path alone
+            dt = sink.open(table)
         have = sink.table_files(table, dt)
         if route:  # other shards may have added columns this shard's files lack (NULL there)
             schema = delta_arrow_schema(dt)

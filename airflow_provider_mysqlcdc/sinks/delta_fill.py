@@ -26,6 +26,7 @@ from deltalake.transaction import CommitProperties
 from airflow_provider_mysqlcdc.core.canonical_json import to_json
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_dv_purge import purge_deletion_vectors
 from airflow_provider_mysqlcdc.sinks.delta_files import remove_action
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, delta_arrow_schema
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import READ_BATCH_ROWS, _added, _conform, _FileWriter, _TableFiles
@@ -41,6 +42,8 @@ def fill_columns(sink: DeltaSink, table: str, values: Mapping[str, Any]) -> int:
     for attempt in range(COMMIT_ATTEMPTS):
         dt = sink.open(table)
         sink.check_owner(table, dt)
+        if purge_deletion_vectors(sink, table, dt):  # files are read as Parquet and removed by path below
+            dt = sink.open(table)
         full = delta_arrow_schema(dt)
         schema = file_schema(full) if route else full
         missing = [c for c in values if c not in schema.names]

@@ -21,7 +21,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from deltalake import DeltaTable
@@ -45,18 +45,28 @@ class LogConflict(RuntimeError):
 def unsupported_reason(dt: DeltaTable) -> str | None:
     """Why ``dt`` must be committed by delta-rs instead (None: its log may be written here)."""
     protocol = dt.protocol()
-    if protocol.min_writer_version == 7:
-        extra = sorted(set(protocol.writer_features or ()) - PLAIN_WRITER_FEATURES)
+    invariants = any("delta.invariants" in (f.metadata or {}) for f in dt.schema().fields)
+    return writer_blocker(protocol.min_writer_version, protocol.writer_features, dt.metadata().configuration,
+                          invariants)  # fmt: skip
+
+
+def writer_blocker(min_writer_version: int, writer_features: Iterable[str] | None,
+                   configuration: Mapping[str, str] | None, invariants: bool,
+                   allowed: frozenset[str] = PLAIN_WRITER_FEATURES) -> str | None:  # fmt: skip
+    """Why a table of this protocol and these properties asks more of a writer than the actions
+    written here (None: nothing); ``allowed``: the writer features the caller honours."""
+    if min_writer_version == 7:
+        extra = sorted(set(writer_features or ()) - allowed)
         if extra:
             return f"writer features {', '.join(extra)}"
-    elif protocol.min_writer_version > 2:
-        return f"writer version {protocol.min_writer_version}"
-    conf = dt.metadata().configuration or {}
+    elif min_writer_version > 2:
+        return f"writer version {min_writer_version}"
+    conf = configuration or {}
     if conf.get("delta.appendOnly", "false").lower() == "true":
         return "delta.appendOnly"
     if conf.get("delta.enableChangeDataFeed", "false").lower() == "true":
         return "delta.enableChangeDataFeed"
-    if any("delta.invariants" in (f.metadata or {}) for f in dt.schema().fields):
+    if invariants:
         return "column invariants"
     return None
 
@@ -157,4 +167,5 @@ __all__ = [
     "log_writable",
     "remove_entry",
     "unsupported_reason",
+    "writer_blocker",
 ]

@@ -31,6 +31,7 @@ import pyarrow as pa
 from deltalake.exceptions import CommitFailedError
 
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_dv_purge import has_vectors_feature, vacuum_table_with_vectors
 
 log = logging.getLogger(__name__)
 
@@ -86,9 +87,12 @@ def maintain_table(sink: DeltaSink, table: str, policy: MaintenancePolicy, orpha
         _retrying(table, lambda: sink.open(table).alter.set_table_properties(wanted, raise_if_not_exists=False))
         dt = sink.open(table)
 
+    vectors = has_vectors_feature(dt)
     sizes = pa.table(dt.get_add_actions(flatten=True)).column("size_bytes").to_pylist()
     small = [s for s in sizes if s < policy.small_file_mb * 2**20]
-    if len(small) >= policy.min_small_files:
+    if vectors:  # the stream compacts its batches' files itself (sinks/delta_dv_table.compact)
+        log.debug("%s: has deletion vectors; compaction is the stream's own", table)
+    elif len(small) >= policy.min_small_files:
         metrics = _retrying(
             table, lambda: sink.open(table).optimize.compact(target_size=int(policy.target_file_mb * 2**20))
         )
@@ -97,7 +101,10 @@ def maintain_table(sink: DeltaSink, table: str, policy: MaintenancePolicy, orpha
     dt.create_checkpoint()
     out.checkpoint_version = dt.version()
     dt.cleanup_metadata()
-    out.vacuumed_files = len(_vacuum(dt, policy.retention_hours * 3600, orphans))
+    if vectors:
+        out.vacuumed_files = len(vacuum_table_with_vectors(sink, table, dt, policy.retention_hours * 3600, orphans))
+    else:
+        out.vacuumed_files = len(_vacuum(dt, policy.retention_hours * 3600, orphans))
     out.live_bytes = int(sum(pa.table(sink.open(table).get_add_actions(flatten=True)).column("size_bytes").to_pylist()))
     out.seconds = round(time.monotonic() - t0, 3)
     log.info("maintained %s: compacted %d files, checkpoint at version %s, vacuumed %d files, %.1f MiB live (%.2fs)",

@@ -241,6 +241,10 @@ def apply_folded_changes(
     report = progress or (lambda phase, details: None)
     dt = opened if opened is not None else sink.open(table)
     sink.check_owner(table, dt)
+    from airflow_provider_mysqlcdc.sinks.delta_dv_purge import purge_deletion_vectors  # it builds on this module
+
+    if purge_deletion_vectors(sink, table, dt):  # this rewrite reads files as Parquet and removes them by path
+        dt = sink.open(table)
     if already_applied(dt, table, app_id, version):
         for _ in buckets:  # drain: the caller's scratch files are released as buckets are read
             pass

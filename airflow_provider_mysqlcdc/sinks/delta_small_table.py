@@ -35,6 +35,7 @@ from deltalake.transaction import CommitProperties, Transaction
 
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+from airflow_provider_mysqlcdc.sinks.delta_dv_purge import purge_deletion_vectors
 from airflow_provider_mysqlcdc.sinks.delta_files import remove_action
 from airflow_provider_mysqlcdc.sinks.delta_log import (
     LogConflict,
@@ -209,6 +210,8 @@ def _rewrite_by_delta_rs(sink: DeltaSink, table: str, upserts: pa.Table, deletes
         if dt is None:
             dt = sink.open(table)
         sink.check_owner(table, dt)
+        if purge_deletion_vectors(sink, table, dt):  # the rewrite reads files as Parquet and removes them by path
+            dt = sink.open(table)
         if already_applied(dt, table, app_id, version):
             return False
         full = delta_arrow_schema(dt)

@@ -83,6 +83,7 @@ class TableStates:
         self._rows_bytes: dict[str, int] = {}  # as accounted when each state was last put
         self._held = 0
         self._lock = threading.Lock()
+        self._big: dict[str, Any] = {}  # uri -> delta_dv_table.BigTableState (tables with deletion vectors)
 
     def get(self, uri: str) -> TableState | None:
         with self._lock:
@@ -101,9 +102,21 @@ class TableStates:
             self._trim()
 
     def forget(self, uri: str) -> None:
+        """Drop what is known of the table at ``uri`` (its next batch reads it again)."""
         with self._lock:
             self._states.pop(uri, None)
+            self._big.pop(uri, None)
             self._held -= self._rows_bytes.pop(uri, 0)
+
+    def get_big(self, uri: str) -> Any:
+        """The carried state of a big table written with deletion vectors, if any."""
+        with self._lock:
+            return self._big.get(uri)
+
+    def put_big(self, state: Any) -> Any:
+        with self._lock:
+            self._big[state.uri] = state
+            return state
 
     def committed(self, state: TableState, version: int, files: dict[str, int], rows: pa.Table | None,
                   app_transaction: tuple[str, int] | None) -> None:  # fmt: skip

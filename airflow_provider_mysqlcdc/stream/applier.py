@@ -73,6 +73,7 @@ class BatchApplier:
         self.checkpoint = checkpoint
         self.sink = sink
         sink.rewrite_below_bytes = (options or StreamOptions()).rewrite_below_mb << 20
+        sink.deletion_vectors = (options or StreamOptions()).deletion_vectors
         self.manifest = manifest
         self.options = options or StreamOptions()
         self.staging = staging

@@ -37,6 +37,11 @@ class StreamOptions:
     # delta-rs MERGE, whose query planning is most of a small table's apply time; the rewrite's cost
     # grows with the table, so larger ones keep the MERGE (bench/RESULTS.md). 0 = always MERGE.
     rewrite_below_mb: int = 16
+    # Bigger tables with one integer key take a batch by marking the changed rows deleted with Delta
+    # deletion vectors and writing only the changed rows (sinks/delta_dv_table.py), instead of a MERGE
+    # that rewrites every file holding a changed key (the whole table, for spread-out updates). Readers
+    # need deletion-vector support (Delta reader version 3: delta-rs' engine, Spark with Delta 2.3+).
+    deletion_vectors: bool = True
     # What the stream does with a DDL of a captured table (core/schema_policy.py): evolve, lenient, fail.
     schema_change_policy: str = DEFAULT_SCHEMA_CHANGE_POLICY
     # Table maintenance between batches (sinks/delta_maintenance.py): compaction, checkpoint, vacuum.

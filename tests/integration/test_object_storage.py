@@ -237,3 +237,40 @@ def test_small_table_batches_commit_directly_on_s3(s3_server) -> None:  # type: 
         commit_actions(storage, sink.table_uri(table), latest - 1, [], app_transaction=("intruder", 1))
     assert fs.cat(f"{log_dir}/{latest:020d}.json") == before
     assert sink.open(table).transaction_version("intruder") is None
+
+
+def test_big_table_batches_take_deletion_vectors_on_s3(s3_server) -> None:  # type: ignore[no-untyped-def]
+    """Deletion vectors on S3 (sinks/delta_dv_table.py): the vector files, the direct commits, a
+    second sink indexing the table from the bucket, and maintenance's vacuum of vector files."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy, maintain_table
+
+    storage = LakeStorage(s3_server.storage_options())
+    root = s3_server.url("lake-dv")
+    sink = DeltaSink(root, storage, deletion_vectors=True)  # rewrite_below_bytes 0: every table is big
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    table = "db.big"
+    sink.prepare_table(table, schema, ["id"])
+    model = {k: "s" for k in range(4000)}
+    for lo in range(0, 4000, 1000):
+        part = pa.table({"id": list(range(lo, lo + 1000)), "v": ["s"] * 1000}, schema=schema)
+        write_deltalake(sink.open(table), part, mode="append", storage_options=sink.storage_options)
+    for version in range(1, 6):
+        ups = {k: f"b{version}" for k in range(version * 500, version * 500 + 50)} | {10_000 + version: "new"}
+        gone = [version * 7, version * 700 + 1]
+        model.update(ups)
+        for k in gone:
+            model.pop(k, None)
+        rows = pa.table({"id": list(ups), "v": list(ups.values())}, schema=schema)
+        use = sink if version < 4 else DeltaSink(root, storage, deletion_vectors=True)  # a restarted stream
+        assert use.apply_changes(table, rows, pa.table({"id": pa.array(gone, pa.int64())}), ["id"], "app", version)
+        assert {r["id"]: r["v"] for r in sink.read(table).to_pylist()} == model
+    assert "deletionVectors" in (sink.open(table).protocol().reader_features or [])
+    fs = s3_server.fsspec()
+    vectors = [p for p in fs.ls(s3_server.url("lake-dv/db/big")) if "deletion_vector_" in p]
+    assert len(vectors) == 5
+    result = maintain_table(sink, table, MaintenancePolicy(retention_hours=0, log_retention_hours=0), orphans=True)
+    assert result.vacuumed_files >= 1
+    assert {r["id"]: r["v"] for r in DeltaSink(root, storage).read(table).to_pylist()} == model

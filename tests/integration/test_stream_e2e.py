@@ -62,7 +62,11 @@ def assert_sink_equals_source(cdc_settings: Any, plan: Any, sink: DeltaSink, tab
             assert cmp.match, f"{t}: {cmp.first_difference}"
 
 
-def test_snapshot_then_stream_under_random_writer(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("rewrite_below_mb", [16, 0], ids=["default", "big-tables"])
+def test_snapshot_then_stream_under_random_writer(mariadb, db, cdc_settings, spark, tmp_path,  # type: ignore[no-untyped-def]
+                                                  rewrite_below_mb) -> None:  # fmt: skip
+    """``big-tables``: every table is treated as big — the BIGINT-keyed one takes its batches with
+    deletion vectors, the others by MERGE (sinks/delta_dv_table.py)."""
     tables = make_tables(mariadb, db)
     store = StateStore(str(tmp_path / "state"), "e2e")
     sink = DeltaSink(str(tmp_path / "lake"))
@@ -71,7 +75,8 @@ def test_snapshot_then_stream_under_random_writer(mariadb, db, cdc_settings, spa
     t0 = time.monotonic()
     try:
         plan = snapshot_all(spark, cdc_settings, store, sink, tables)
-        query = start_stream(spark, cdc_settings, store, sink, StreamOptions(trigger_seconds=0.5, readers=2))
+        opts = StreamOptions(trigger_seconds=0.5, readers=2, rewrite_below_mb=rewrite_below_mb)
+        query = start_stream(spark, cdc_settings, store, sink, opts)
         try:
             time.sleep(8)  # the writer keeps going while the stream runs
             writer.stop_event.set()
@@ -86,11 +91,16 @@ def test_snapshot_then_stream_under_random_writer(mariadb, db, cdc_settings, spa
         writer.stop_event.set()
     assert writer.transactions / elapsed >= 100, f"writer only reached {writer.transactions / elapsed:.0f} tx/s"
     assert_sink_equals_source(cdc_settings, plan, sink, tables)
+    with_vectors = [t for t in tables if "deletionVectors" in (sink.open(t).protocol().reader_features or [])]
+    assert len(with_vectors) == (1 if rewrite_below_mb == 0 else 0), with_vectors
 
 
 @pytest.mark.timeout(900)
-def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings, spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """kill -9 of the stream's spark-submit driver, restart from the checkpoint: no loss, no duplicate."""
+@pytest.mark.parametrize("rewrite_below_mb", [16, 0], ids=["default", "big-tables"])
+def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings, spark, tmp_path,  # type: ignore[no-untyped-def]
+                                                       rewrite_below_mb) -> None:  # fmt: skip
+    """kill -9 of the stream's spark-submit driver, restart from the checkpoint: no loss, no duplicate.
+    ``big-tables``: the BIGINT-keyed table's batches (and their replay) go by deletion vectors."""
     tables = make_tables(mariadb, db)
     store = StateStore(str(tmp_path / "state"), "crash")
     sink = DeltaSink(str(tmp_path / "lake"))
@@ -118,6 +128,8 @@ def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings
             "0.5",
             "--max-events-per-trigger",
             "500",
+            "--rewrite-below-mb",
+            str(rewrite_below_mb),
         ]
         proc = subprocess.Popen(
             cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -136,7 +148,8 @@ def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings
         writer.join()
         with cdc_settings.connect() as conn:
             target = current_offset(conn)
-        query = start_stream(spark, cdc_settings, store, sink, StreamOptions(trigger_seconds=0.5))
+        opts = StreamOptions(trigger_seconds=0.5, rewrite_below_mb=rewrite_below_mb)
+        query = start_stream(spark, cdc_settings, store, sink, opts)
         try:
             wait_until_caught_up(query, target)
         finally:
@@ -144,6 +157,8 @@ def test_stream_driver_killed_mid_batch_then_restarted(mariadb, db, cdc_settings
     finally:
         writer.stop_event.set()
     assert_sink_equals_source(cdc_settings, plan, sink, tables)
+    with_vectors = [t for t in tables if "deletionVectors" in (sink.open(t).protocol().reader_features or [])]
+    assert len(with_vectors) == (1 if rewrite_below_mb == 0 else 0), with_vectors
 
 
 @pytest.mark.timeout(900)

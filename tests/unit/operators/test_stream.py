@@ -83,6 +83,9 @@ def test_stream_args() -> None:
     evolve = MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
                                     schema_change_policy="evolve")  # fmt: skip
     assert evolve.stream_args("r1")[-2:] == ["--schema-change-policy", "evolve"]
+    merge_only = MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
+                                        deletion_vectors=False)  # fmt: skip
+    assert merge_only.stream_args("r1")[-1] == "--no-deletion-vectors"
     assert "schema_change_policy" in MySqlCdcStreamOperator.template_fields
     with pytest.raises(ValueError, match="evolve, lenient, fail"):
         MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
