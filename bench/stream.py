@@ -69,11 +69,14 @@ import threading
 import time
 from collections import defaultdict
 from typing import Any
+from urllib.parse import unquote
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import psutil
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, QueryBuilder
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
@@ -518,6 +521,17 @@ def rewritten_per_version(uri: str, after: int, upto: int) -> list[tuple[int, in
     return out
 
 
+def values_added(uri: str, version: int, column: str, at_least: int) -> list[int]:
+    """Values of ``column`` (at least ``at_least``) in the data files ``version`` added with a data change."""
+    with open(os.path.join(uri, "_delta_log", f"{version:020d}.json")) as f:
+        adds = [a["add"] for a in map(json.loads, f) if a.get("add") and a["add"].get("dataChange", True)]
+    out: list[int] = []
+    for add in adds:
+        col = pq.read_table(os.path.join(uri, unquote(add["path"])), columns=[column]).column(column)
+        out += col.filter(pc.greater_equal(col, at_least)).to_pylist()
+    return out
+
+
 def _pct(values: list[float], q: float) -> float:
     """The ``q`` quantile (nearest rank); NaN for no values (a run that saw nothing is still reported)."""
     s = sorted(values)
@@ -567,19 +581,18 @@ def lag_run(
     finally:
         stop_gracefully(query)
 
-    # which of the writer's values each version made visible first
+    # which of the writer's values each version made visible first: the values in the data files it
+    # added (a MERGE's rewritten files also hold values visible before; the first version counts),
+    # visible from the first version the poller saw at or after it
     visible: dict[int, float] = {}
     committed_at: dict[int, float] = {}
     history = {int(h["version"]): h["timestamp"] / 1000 for h in DeltaTable(uri).history() if "version" in h}
-    prev: set[int] = set()
-    for v in sorted(x for x in poller.seen if x > v0):
-        sql = f"SELECT customer FROM t WHERE customer >= {SEQ_BASE}"  # deletion vectors applied
-        t = pa.table(QueryBuilder().register("t", DeltaTable(uri, version=v)).execute(sql).read_all())
-        now = set(t.column("customer").to_pylist())
-        for seq in now - prev:
-            visible.setdefault(seq, poller.seen[v])
-            committed_at.setdefault(seq, history.get(v, poller.seen[v]))
-        prev = now
+    seen = sorted(x for x in poller.seen if x > v0)
+    for u in range(v0 + 1, (seen[-1] if seen else v0) + 1):
+        at = next(poller.seen[x] for x in seen if x >= u)
+        for seq in values_added(uri, u, "customer", SEQ_BASE):
+            visible.setdefault(seq, at)
+            committed_at.setdefault(seq, history.get(u, at))
     lags = [visible[s] - c for s, c in writer.committed.items() if s in visible]
     commit_lags = [committed_at[s] - c for s, c in writer.committed.items() if s in committed_at]
     missing = len(writer.committed) - len(lags)

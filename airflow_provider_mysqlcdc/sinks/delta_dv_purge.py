@@ -19,9 +19,9 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -119,25 +119,29 @@ def vacuum_table_with_vectors(sink: DeltaSink, table: str, dt: DeltaTable, reten
     Data files: delta-rs' vacuum of expired removes, its retention in whole hours rounded up (its
     ``keep_versions``, which the plain tables' vacuum uses for an exact retention, replays every
     kept version: quadratic on a table the stream commits to every second). With ``orphans``, its
-    full listing, less the vector files and the files removed within the retention. Vector files:
-    those no version within the retention refers to (:func:`vacuum_vector_files`).
+    full listing (which spares files removed within the retention) less the vector files. Vector
+    files: those no version within the retention refers to (:func:`vacuum_vector_files`).
     """
     hours = math.ceil(retention_seconds / 3600)
     deleted = list(dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False))
     if orphans:
-        keep = _named_since(sink, table, (time.time() - retention_seconds) * 1000)
         listed = dt.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=True, full=True)
         for rel in listed:
-            if rel.rsplit("/", 1)[-1].startswith(VECTOR_FILE_PREFIX) or unquote(rel) in keep or rel in keep:
-                continue
-            sink.storage.remove(f"{sink.table_uri(table)}/{rel}")
-            deleted.append(rel)
+            if not rel.rsplit("/", 1)[-1].startswith(VECTOR_FILE_PREFIX):
+                sink.storage.remove(f"{sink.table_uri(table)}/{rel}")
+                deleted.append(rel)
     return deleted + vacuum_vector_files(sink, table, retention_seconds)
 
 
-def _named_since(sink: DeltaSink, table: str, cutoff_ms: float) -> set[str]:
-    """Data and vector files (relative) that actions of the log entries committed since
-    ``cutoff_ms`` name, and the entry current at the cutoff: what versions within it may read."""
+_TIMESTAMP = re.compile(rb'"timestamp":(\d+)')
+_VECTOR_REF = re.compile(rb'"pathOrInlineDv":"([^"]+)"')
+
+
+def _vectors_named_since(sink: DeltaSink, table: str, cutoff_ms: float) -> set[str]:
+    """Vector files (relative) that the log entries committed since ``cutoff_ms``, and the entry
+    current at the cutoff, name: what versions within the retention may read. Found by pattern,
+    not by parsing the entries (a big table's entries name hundreds of vectors each); an inline
+    vector's text taken for a name names no file, which is harmless here."""
     uri = sink.table_uri(table).rstrip("/")
     log_dir = f"{uri}/_delta_log"
     names: set[str] = set()
@@ -145,17 +149,16 @@ def _named_since(sink: DeltaSink, table: str, cutoff_ms: float) -> set[str]:
                      reverse=True)  # fmt: skip
     for name in entries:
         with sink.storage.open(f"{log_dir}/{name}", "rb") as f:
-            actions = [json.loads(line) for line in f.read().splitlines() if line.strip()]
-        stamp = next((a["commitInfo"].get("timestamp", 0) for a in actions if a.get("commitInfo")), 0)
-        for a in actions:
-            entry = a.get("remove") or a.get("add")
-            if not entry:
-                continue
-            names.add(unquote(entry["path"]))
-            where = vector_location(entry["deletionVector"]) if entry.get("deletionVector") else None
-            if where is not None:
-                names.add(where)
-        if stamp < cutoff_ms:
+            data = f.read()
+        for ref in set(_VECTOR_REF.findall(data)):
+            text = ref.decode("ascii", "replace")
+            if len(text) >= 20:
+                try:
+                    names.add(str(vector_location({"storageType": "u", "pathOrInlineDv": text})))
+                except (ValueError, UnicodeError):
+                    continue
+        stamp = _TIMESTAMP.search(data)
+        if stamp is None or int(stamp.group(1)) < cutoff_ms:
             break
     return names
 
@@ -169,7 +172,7 @@ def vacuum_vector_files(sink: DeltaSink, table: str, retention_seconds: float) -
     """
     uri = sink.table_uri(table).rstrip("/")
     cutoff_ms = (time.time() - retention_seconds) * 1000
-    keep = protected_vector_files(sink, table) | _named_since(sink, table, cutoff_ms)
+    keep = protected_vector_files(sink, table) | _vectors_named_since(sink, table, cutoff_ms)
     deleted = []
     for name, mtime_ms in _vector_files(sink, uri):
         if name not in keep and mtime_ms < cutoff_ms:

@@ -158,6 +158,8 @@ def apply_with_deletion_vectors(sink: DeltaSink, table: str, upserts: pa.Table, 
         try:
             _commit_batch(sink, table, upserts, deletes, app_id, version, state)
         except LogConflict:
+            if _catch_up(sink, table, state):
+                continue
             log.info("%s: version %s was committed by another writer since this stream's last commit; reading the "
                      "table again for batch %s/%s", table, state.version + 1, app_id, version)  # fmt: skip
             time.sleep(min(0.01 * attempt, 1.0))
@@ -171,6 +173,33 @@ def apply_with_deletion_vectors(sink: DeltaSink, table: str, upserts: pa.Table, 
         f"could not apply batch {app_id}/{version} to {table}: {COMMIT_ATTEMPTS} attempts found a newer version "
         "committed by another writer; is another job writing this table?"
     )
+
+
+def _catch_up(sink: DeltaSink, table: str, state: BigTableState) -> bool:
+    """Bring ``state`` up to the table's latest version when the commits since changed no data file
+    (maintenance setting a property, a batch id recorded elsewhere); False when they did, and the
+    index must be read again."""
+    log_dir = f"{state.uri.rstrip('/')}/_delta_log"
+    newer = sorted(int(n[:20]) for n in sink.storage.listdir(log_dir)
+                   if n.endswith(".json") and n[:20].isdigit() and int(n[:20]) > state.version)  # fmt: skip
+    entries = []
+    for v in newer:
+        with sink.storage.open(f"{log_dir}/{v:020d}.json", "rb") as f:
+            actions = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+        if any(a.get("add") or a.get("remove") for a in actions):
+            return False
+        entries.append(actions)
+    if not newer or newer != list(range(state.version + 1, newer[-1] + 1)):
+        return False
+    for actions in entries:
+        for action in actions:
+            state.snapshot.apply(action)
+    state.snapshot.version = newer[-1]
+    if any(a.get("metaData") for actions in entries for a in actions):
+        state.schema = delta_arrow_schema(sink.latest(table))
+    log.info("%s: caught up with %d commit(s) of another writer that changed no data file (now version %s)",
+             table, len(newer), state.version)  # fmt: skip
+    return True
 
 
 def _commit_batch(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.Table, app_id: str, version: int,

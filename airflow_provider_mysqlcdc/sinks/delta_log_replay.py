@@ -105,12 +105,17 @@ def _read_checkpoint(storage: lake_storage.LakeStorage, url: str, snapshot: LogS
             snapshot.apply({name: _plain(value)})
 
 
-def _plain(value: Any) -> Any:
-    """A checkpoint's struct as the JSON entry's dict (maps come back as key/value pair lists)."""
+#: Action fields of Delta's map type (a checkpoint gives them as key/value pair lists).
+MAP_FIELDS = frozenset({"partitionValues", "tags", "configuration", "options"})
+
+
+def _plain(value: Any, name: str | None = None) -> Any:
+    """A checkpoint's struct as the JSON entry's dict: maps as dicts, lists (``partitionColumns``)
+    as lists, absent values left out."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list) and all(isinstance(x, tuple) and len(x) == 2 for x in value):
-        return {k: v for k, v in value}
+        return {k: _plain(v, k) for k, v in value.items() if v is not None}
+    if name in MAP_FIELDS and isinstance(value, list):
+        return dict(value)
     return value
 
 

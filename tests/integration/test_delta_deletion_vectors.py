@@ -7,6 +7,7 @@ delta-rs' own engine (which applies the vectors), with it after every batch.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import threading
@@ -111,9 +112,11 @@ def test_batches_mark_rows_deleted_and_rewrite_only_the_changes(tmp_path: Path,
 
 def test_a_second_process_and_a_checkpoint_read_the_vectors_back(tmp_path: Path) -> None:
     sink, model = _big_table(tmp_path)
+    DeltaTable(sink.table_uri(TABLE)).create_checkpoint()  # the first batch reads the table from a checkpoint
     rng, next_key = random.Random(11), [10**6]
     for version in range(1, 6):
         assert sink.apply_changes(TABLE, *_batch(model, rng, 400, next_key), ["id"], APP, version)
+    assert DeltaTable(sink.table_uri(TABLE)).metadata().partition_columns == []
     DeltaTable(sink.table_uri(TABLE)).create_checkpoint()
     # a new stream (a restart) indexes the table from the checkpoint and the vectors it names
     again = DeltaSink(sink.root, deletion_vectors=True)
@@ -307,4 +310,26 @@ def test_maintenance_keeps_live_vectors_through_a_full_vacuum(tmp_path: Path, mo
     assert all(os.path.exists(f"{sink.table_uri(TABLE)}/{p}") for p in protected_vector_files(sink, TABLE))
     assert _lake(DeltaSink(sink.root)) == model
     assert sink.apply_changes(TABLE, *_batch(model, rng, 300, next_key), ["id"], APP, 6)
+    assert _lake(sink) == model
+
+
+def test_commits_changing_no_file_are_caught_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Maintenance setting a property between two batches: the stream applies that entry to its
+    state instead of reading every file's keys again."""
+    sink, model = _big_table(tmp_path)
+    rng, next_key = random.Random(29), [10**6]
+    assert sink.apply_changes(TABLE, *_batch(model, rng, 300, next_key), ["id"], APP, 1)
+    DeltaTable(sink.table_uri(TABLE)).alter.set_table_properties({"delta.logRetentionDuration": "interval 2 days"})
+    caplog.set_level(logging.INFO, logger="airflow_provider_mysqlcdc.sinks.delta_dv_table")
+    assert sink.apply_changes(TABLE, *_batch(model, rng, 300, next_key), ["id"], APP, 2)
+    assert "caught up with 1 commit" in caplog.text and "indexed" not in caplog.text
+    assert _lake(sink) == model
+    conf = DeltaTable(sink.table_uri(TABLE)).metadata().configuration
+    assert conf["delta.logRetentionDuration"] == "interval 2 days" and conf["delta.enableDeletionVectors"] == "true"
+    # a commit that changes files is not caught up: the index is read again
+    plain = DeltaSink(sink.root)
+    assert plain.apply_changes(TABLE, *_batch(model, rng, 50, next_key), ["id"], "other-app", 1)
+    caplog.clear()
+    assert sink.apply_changes(TABLE, *_batch(model, rng, 300, next_key), ["id"], APP, 3)
+    assert "indexed" in caplog.text
     assert _lake(sink) == model
