@@ -20,9 +20,10 @@ single-row UPDATE transactions/s spread uniformly over all tables for ``--lag-se
 UPDATE writes a sequence number, and a change's lag is when
 the MERGE that made it visible returned minus when its commit returned (``lag_p50_s``,
 ``lag_p99_s``, target p99 < 3 s). With ``--lag-rounds N`` the stream runs 2N times, alternating the
-product's defaults with MERGE-only apply (``rewrite_below_mb=0``, the reference), and the lag
-figures are medians over each side's rounds, with ``lag_p99_ratio_vs_merge``. Every table must equal
-its source (row count and sum) after each stream run caught up, or the benchmark fails.
+product's defaults with MERGE-only apply (``rewrite_below_mb=0, deletion_vectors=False``, the
+reference), and the lag figures are medians over each side's rounds, with
+``lag_p99_ratio_vs_merge``. Every table must equal its source (row count and sum) after each
+stream run caught up, or the benchmark fails.
 
 Ends with one JSON line on stdout; progress goes to stderr.
 """
@@ -222,7 +223,7 @@ def main() -> None:
         }
         assert last is not None
         runs: dict[str, list[dict[str, Any]]] = {"default": [], "merge": []}
-        sides = [("default", StreamOptions()), ("merge", StreamOptions(rewrite_below_mb=0))]
+        sides = [("default", StreamOptions()), ("merge", StreamOptions(rewrite_below_mb=0, deletion_vectors=False))]
         for r in range(args.lag_rounds):
             for side, options in sides if r % 2 == 0 or args.lag_rounds == 1 else sides[::-1]:
                 if args.lag_rounds == 1 and side == "merge":

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--apply-threads", type=int, default=4,
                    help="tables of one micro-batch applied at once (default 4; 1 = one after the other)")
     p.add_argument("--rewrite-below-mb", type=int, default=StreamOptions().rewrite_below_mb,
-                   help="Delta tables up to this size take a batch by a whole-table rewrite instead of a MERGE "
-                   f"(default {StreamOptions().rewrite_below_mb}; 0 = always MERGE)")
+                   help="Delta tables up to this size take a batch by a whole-table rewrite; larger ones by "
+                   f"deletion vectors or a MERGE (default {StreamOptions().rewrite_below_mb}; 0 = never rewrite)")
     p.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false",
                    help="bigger tables take a batch by a MERGE (copy-on-write) instead of deletion vectors; for "
                    "readers without deletion-vector support")

@@ -34,9 +34,10 @@ class StreamOptions:
     apply_threads: int = 4
     # Tables whose Delta data files total at most this many MiB take a batch by rewriting the whole
     # table as one file from the rows the stream carries (sinks/delta_small_table.py) instead of a
-    # delta-rs MERGE, whose query planning is most of a small table's apply time; the rewrite's cost
-    # grows with the table, so larger ones keep the MERGE (bench/RESULTS.md). 0 = always MERGE.
-    rewrite_below_mb: int = 16
+    # delta-rs MERGE, whose query planning is most of a small table's apply time. The rewrite's cost
+    # grows with the table (~12 ms per MiB here), a batch by deletion vectors costs ~15-45 ms however
+    # big the table: larger tables take those, or the MERGE (bench/RESULTS.md). 0 = never rewrite.
+    rewrite_below_mb: int = 2
     # Bigger tables with one integer key take a batch by marking the changed rows deleted with Delta
     # deletion vectors and writing only the changed rows (sinks/delta_dv_table.py), instead of a MERGE
     # that rewrites every file holding a changed key (the whole table, for spread-out updates). Readers

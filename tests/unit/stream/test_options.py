@@ -18,4 +18,5 @@ def test_bad_options_are_refused(kwargs: dict, fragment: str) -> None:
 
 
 def test_small_tables_skip_the_merge_by_default() -> None:
-    assert StreamOptions().rewrite_below_mb == 16 and StreamOptions(rewrite_below_mb=0).rewrite_below_mb == 0
+    assert StreamOptions().rewrite_below_mb == 2 and StreamOptions().deletion_vectors
+    assert StreamOptions(rewrite_below_mb=0).rewrite_below_mb == 0
