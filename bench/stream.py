@@ -786,7 +786,7 @@ def main() -> int:
                               "lag": lag, "sink_matches_source": lag["lag_sink_matches_source"],
                               "total_seconds": round(time.monotonic() - t_begin, 1),
                               "load_average_1m": round(os.getloadavg()[0], 2)}))  # fmt: skip
-            return 0
+            return _exit_code(lag["lag_sink_matches_source"])
         if args.only_lag:
             print(json.dumps({"lag_p50_s": lag["lag_p50_s"], "lag_p99_s": lag["lag_p99_s"],
                               "lag_p99_s_5k": lag_high.get("lag_p99_s"), "lag": lag, "lag_5k": lag_high,
@@ -794,7 +794,7 @@ def main() -> int:
                               and lag_high.get("lag_sink_matches_source", True),
                               "total_seconds": round(time.monotonic() - t_begin, 1),
                               "load_average_1m": round(os.getloadavg()[0], 2)}))  # fmt: skip
-            return 0
+            return _exit_code(lag["lag_sink_matches_source"] and lag_high.get("lag_sink_matches_source", True))
         bare_median = statistics.median(r["rows_per_s"] for r in bare_runs)
         r2_median = statistics.median(r["rows_per_s"] for r in r2_runs)
         r1_median = statistics.median(r["rows_per_s"] for r in r1_runs)
@@ -845,12 +845,19 @@ def main() -> int:
             "load_average_1m": round(os.getloadavg()[0], 2),
         }
         print(json.dumps(out))
-        return 0
+        return _exit_code(out["sink_matches_source"])
     finally:
         if spark is not None:
             spark.stop()
         server.destroy()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _exit_code(sink_matches_source: bool) -> int:
+    """Non-zero when a scenario's sink differs from its source: the figures of a wrong run are void."""
+    if not sink_matches_source:
+        log.error("the sink differs from the source after a scenario (see the warnings above)")
+    return 0 if sink_matches_source else 1
 
 
 if __name__ == "__main__":
