@@ -385,20 +385,11 @@ class DeltaSink:
         set (:mod:`~airflow_provider_mysqlcdc.sinks.delta_dv_table`): only the changed rows written.
         """
         if before_merge is None and (upserts.num_rows or deletes.num_rows):
-            big = self.table_states.get_big(self.table_uri(table))
-            if big is not None:
-                return self._apply_big(table, upserts, deletes, primary_key, app_id, version, big)
-            if self.rewrite_below_bytes:
-                state = self.table_states.get(self.table_uri(table))
-                dt = None if state is not None else self.latest(table)
-                size = state.size if state is not None else sum(self.table_files(table, dt).values())
-                if size <= self.rewrite_below_bytes:
-                    return self._rewrite_small(dt, table, upserts, deletes, list(primary_key), app_id, version)
-                self.table_states.forget(self.table_uri(table))  # grown past it: the MERGE reads the table itself
-            if self.deletion_vectors and self.table_uri(table) not in self.dv_blocked:
-                applied = self._apply_big(table, upserts, deletes, primary_key, app_id, version, None)
-                if applied is not None:  # None: the table keeps the MERGE (dv_blocked says why)
-                    return applied
+            from airflow_provider_mysqlcdc.sinks.delta_apply_path import apply_without_merge  # builds on this class
+
+            applied = apply_without_merge(self, table, upserts, deletes, list(primary_key), app_id, version)
+            if applied is not None:  # None: the MERGE (a big table the deletion vectors do not serve, or off)
+                return applied
         route = self.route_of(table)
         if route:
             upserts, deletes = stamp_source(upserts, route), stamp_source(deletes, route)
@@ -417,18 +408,6 @@ class DeltaSink:
         else:
             dt.update_incremental()
         return dt
-
-    def _apply_big(self, table: str, upserts: pa.Table, deletes: pa.Table, primary_key: Sequence[str], app_id: str,
-                   version: int, state: Any) -> bool | None:  # fmt: skip
-        from airflow_provider_mysqlcdc.sinks.delta_dv_table import apply_big_table
-
-        return apply_big_table(self, table, upserts, deletes, list(primary_key), app_id, version, state)
-
-    def _rewrite_small(self, dt: DeltaTable | None, table: str, upserts: pa.Table, deletes: pa.Table, key: list[str],
-                       app_id: str, version: int) -> bool:  # fmt: skip
-        from airflow_provider_mysqlcdc.sinks.delta_small_table import rewrite_small_table
-
-        return rewrite_small_table(self, table, upserts, deletes, key, app_id, version, opened=dt)
 
     def evolve_schema(
         self,
