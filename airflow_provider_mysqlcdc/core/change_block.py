@@ -119,6 +119,33 @@ class BlockBuilder:
         self.before.append(before)
         self.after.append(after)
 
+    def extend(
+        self,
+        op: str,
+        file: str,
+        pos: int,
+        file_num: int,
+        event_pos: int,
+        first_row: int,
+        first_seq: int,
+        commit_ts: int,
+        befores: Sequence[Mapping[str, Any] | None],
+        afters: Sequence[Mapping[str, Any] | None],
+    ) -> None:
+        """:meth:`add` for the rows of one rows event at once (rows ``first_row``, ``first_row + 1``, ...
+        of the event, taking ``seq`` ``first_seq``, ``first_seq + 1``, ...)."""
+        n = len(afters)
+        self.op.extend([op] * n)
+        self.file.extend([file] * n)
+        self.pos.extend([pos] * n)
+        self.file_num.extend([file_num] * n)
+        self.event_pos.extend([event_pos] * n)
+        self.row_index.extend(range(first_row, first_row + n))
+        self.seq.extend(range(first_seq, first_seq + n))
+        self.commit_ts.extend([commit_ts] * n)
+        self.before.extend(befores)
+        self.after.extend(afters)
+
     def build(self) -> pa.RecordBatch:
         """The collected changes as one record batch; the builder is empty afterwards (also when a
         value does not fit its column's type: ``pyarrow.ArrowInvalid``/``ArrowTypeError`` then)."""

@@ -49,7 +49,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.core.change import RowChange
+from airflow_provider_mysqlcdc.core.change import RowChange, RowsEventChanges
 from airflow_provider_mysqlcdc.core.ddl import CREATE, created_table, table_ddl
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
 from airflow_provider_mysqlcdc.core.table import TableSchema
@@ -202,7 +202,8 @@ class BinlogEventStateMachine:
     # ------------------------------------------------------------------ the state machine
     def _events(
         self, stream: BinLogStreamReader, end_key: tuple[int, int] | None, deadline: float | None
-    ) -> Iterator[RowChange]:
+    ) -> Iterator[RowChange | RowsEventChanges]:
+        """A rows event's rows as one :class:`RowsEventChanges`; a DDL statement as a ``RowChange`` with op 's'."""
         maps = self._maps
         emit_from = None if self.emit_from is None else self.emit_from.sort_key()
         emit_to = None if self.emit_to is None else self.emit_to.sort_key()
@@ -237,15 +238,8 @@ class BinlogEventStateMachine:
                 ts = pkt.timestamp
                 evpos = (fileno, start)
                 assert tx_offset is not None
-                if op == "u":
-                    for i, (b, a) in enumerate(images):
-                        yield RowChange("u", name, b, a, tx_offset, evpos, i, ts)
-                elif op == "c":
-                    for i, a in enumerate(images):
-                        yield RowChange("c", name, None, a, tx_offset, evpos, i, ts)
-                else:
-                    for i, b in enumerate(images):
-                        yield RowChange("d", name, b, None, tx_offset, evpos, i, ts)
+                if images:
+                    yield RowsEventChanges(op, name, images, tx_offset, evpos, ts)
                 self.events_yielded += len(images)
                 continue
 

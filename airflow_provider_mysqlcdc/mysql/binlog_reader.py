@@ -34,7 +34,7 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.core.change import RowChange
+from airflow_provider_mysqlcdc.core.change import RowChange, RowsEventChanges
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.mysql.binlog_events import BinlogEventStateMachine, BinlogReaderInterrupted
@@ -169,6 +169,12 @@ class BinlogRangeReader(BinlogEventStateMachine):
         self.close()
 
     def __iter__(self) -> Iterator[RowChange]:
+        """The range's changes one row at a time."""
+        return _one_by_one(self.events())
+
+    def events(self) -> Iterator[RowChange | RowsEventChanges]:
+        """The range's changes one rows event at a time (a DDL statement: a ``RowChange`` with op 's');
+        for a consumer that handles a whole event at once."""
         if self._started:
             raise RuntimeError("a BinlogRangeReader can be iterated once; create a new one from .position")
         self._started = True
@@ -210,7 +216,7 @@ class BinlogRangeReader(BinlogEventStateMachine):
             enable_logging=False,
         )
 
-    def _read(self) -> Iterator[RowChange]:
+    def _read(self) -> Iterator[RowChange | RowsEventChanges]:
         end_key = self.end.sort_key() if self.end is not None else None
         if end_key is not None and self._pos_key >= end_key:
             self._range_done()
@@ -247,6 +253,14 @@ class BinlogRangeReader(BinlogEventStateMachine):
                 "TO <cdc user> (MariaDB >= 10.5: REPLICATION SLAVE, BINLOG MONITOR)"
             )
         return None
+
+
+def _one_by_one(items: Iterator[RowChange | RowsEventChanges]) -> Iterator[RowChange]:
+    for item in items:
+        if isinstance(item, RowsEventChanges):
+            yield from item.changes()
+        else:
+            yield item
 
 
 __all__ = ["ONE_SHOT_SERVER_ID", "BinlogRangeReader", "BinlogReadError", "BinlogReaderInterrupted", "RowConverter"]

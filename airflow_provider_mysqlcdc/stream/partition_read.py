@@ -59,6 +59,7 @@ import pyarrow as pa
 import pymysql
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
+from airflow_provider_mysqlcdc.core.change import RowsEventChanges
 from airflow_provider_mysqlcdc.core.change_block import (
     BlockBuilder,
     block_changes,
@@ -212,43 +213,61 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
         failure: Exception
         try:
             with rr:
-                for ch in rr:
-                    table = ch.table
-                    tx = ch.tx_offset
+                for item in rr.events():
+                    table = item.table
+                    tx = item.tx_offset
                     if tx is not last_tx:  # one BinlogOffset object per transaction
                         last_tx, tx_key = tx, tx.sort_key()
                     if tx is not cur_tx:
                         cur_tx, n_in_tx = tx, 0
-                    n_in_tx += 1
-                    if skip_tx is not None and n_in_tx <= skip_n and tx == skip_tx:
-                        continue  # handled before the connection broke
-                    if ch.op == "s" and ch.after["kind"] == CREATE:  # type: ignore[index]
-                        kept = ch  # a table created while streaming: not captured yet, the driver decides
-                    else:
-                        kept = admit(ch, flt, key_cols[table], tx_key)  # the handoff rule (core/handoff.py)
-                    if kept is None:
-                        continue
-                    op = kept.op
-                    if op == "s":  # DDL: the stream applies it (ALTER) or stops on it
+                    if not isinstance(item, RowsEventChanges):  # a DDL statement (op 's')
+                        n_in_tx += 1
+                        if skip_tx is not None and n_in_tx <= skip_n and tx == skip_tx:
+                            continue  # handled before the connection broke
+                        if item.after["kind"] != CREATE:  # type: ignore[index]
+                            if admit(item, flt, key_cols[table], tx_key) is None:  # the handoff rule
+                                continue
+                        # (a table created while streaming is not captured yet: the driver decides)
                         if table in first_seq:  # keep the table's changes before the DDL in order
                             seal(table)
                         out.append({"tbl": table, "kind": "ddl", "rows": 1, "first_seq": seq, "file": tx.file,
-                                    "pos": tx.pos, "commit_ts": int(ch.commit_ts), "info": json.dumps(kept.after),
+                                    "pos": tx.pos, "commit_ts": int(item.commit_ts), "info": json.dumps(item.after),
                                     "block": None})  # fmt: skip
                         seq += 1
                         continue
-                    decoded += 1
+                    handled = n_in_tx
+                    n_in_tx += len(item)
+                    if skip_tx is not None and handled < skip_n and tx == skip_tx:
+                        item = item.without_first(min(len(item), skip_n - handled))  # handled before the break
+                    tf = flt.table(table)
+                    if tf is None or not item.images:
+                        continue
+                    evpos = item.event_pos
+                    ts = int(item.commit_ts)
+                    whole = tf.admits_every_row(tx_key)  # the common case: the event's rows go in whole
+                    if not whole:  # the handoff rule (core/handoff.py), row by row
+                        keys = key_cols[table]
+                        kept = [k for i in range(len(item)) if (k := admit(item.change(i), flt, keys, tx_key))]
+                        if not kept:
+                            continue
                     b = builders[table]
                     if table not in first_seq:
                         first_seq[table] = seq
                         max_ts[table] = 0
-                    ts = int(ch.commit_ts)
                     if ts > max_ts[table]:
                         max_ts[table] = ts
                     last_tx_of[table] = tx
-                    evpos = ch.event_pos
-                    b.add(op, tx.file, tx.pos, evpos[0], evpos[1], ch.row_index, seq, ts, kept.before, kept.after)
-                    seq += 1
+                    if whole:
+                        befores, afters = item.befores_afters()
+                        n = len(afters)
+                        b.extend(item.op, tx.file, tx.pos, evpos[0], evpos[1], item.first_row, seq, ts, befores, afters)
+                        seq += n
+                        decoded += n
+                    else:
+                        for k in kept:
+                            b.add(k.op, tx.file, tx.pos, evpos[0], evpos[1], k.row_index, seq, ts, k.before, k.after)
+                            seq += 1
+                        decoded += len(kept)
                     if len(b) >= block_rows:
                         seal(table)
                         if out:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.change import RowChange
+from airflow_provider_mysqlcdc.core.change import RowChange, RowsEventChanges
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from tests.support.reference_fold import last_change_per_key
 
@@ -141,3 +141,32 @@ def test_null_and_missing_images_are_rejected() -> None:
 
 def test_empty_input() -> None:
     assert last_change_per_key([], ["id"]) == {}
+
+
+def test_rows_event_changes_give_each_row_with_its_index() -> None:
+    tx = BinlogOffset("mysql-bin.000002", 400)
+    pairs = [({"id": 1}, {"id": 1, "v": "a"}), ({"id": 2}, {"id": 20, "v": "b"}), ({"id": 3}, {"id": 3, "v": "c"})]
+    event = RowsEventChanges("u", "db.t", pairs, tx, (2, 500), 1700000000)
+    assert [(c.op, c.before, c.after, c.row_index) for c in event.changes()] == [
+        ("u", b, a, i) for i, (b, a) in enumerate(pairs)
+    ]
+    befores, afters = event.befores_afters()
+    assert list(befores) == [b for b, _ in pairs] and list(afters) == [a for _, a in pairs]
+    rest = event.without_first(2)  # rows already handled are left out, the indexes stay the event's
+    assert [(c.before, c.row_index, c.tx_offset, c.event_pos, c.commit_ts) for c in rest.changes()] == [
+        ({"id": 3}, 2, tx, (2, 500), 1700000000)
+    ]
+    assert rest.befores_afters() == ((pairs[2][0],), (pairs[2][1],))
+    assert event.without_first(3).befores_afters() == ((), ())
+
+
+@pytest.mark.parametrize("op", ["c", "d"])
+def test_rows_event_changes_of_inserts_and_deletes_have_one_image(op: str) -> None:
+    images = [{"id": 1}, {"id": 2}]
+    event = RowsEventChanges(op, "db.t", images, BinlogOffset("f.000001", 4), (1, 9))  # type: ignore[arg-type]
+    befores, afters = event.befores_afters()
+    if op == "c":
+        assert list(befores) == [None, None] and list(afters) == images
+    else:
+        assert list(befores) == images and list(afters) == [None, None]
+    assert [(c.before, c.after) for c in event.changes()] == list(zip(befores, afters, strict=True))

@@ -114,6 +114,9 @@ def _as_tuple(ch: RowChange | None) -> tuple[str, Any, Any] | None:
 def _admit(ch: RowChange, m: Model) -> RowChange | None:
     got = admit(ch, m.filter, KEY, ch.tx_offset.sort_key())
     assert _as_tuple(admit(ch, m.filter, KEY)) == _as_tuple(got)  # tx_key is only a shortcut
+    table = m.filter.table(ch.table)
+    if table is not None and table.admits_every_row(ch.tx_offset.sort_key()):  # the per-event shortcut
+        assert got is ch
     return got
 
 
@@ -264,6 +267,10 @@ def test_nothing_after_the_ddl_that_ended_capture_passes(m: Model, chs: list[Row
     ended = HandoffFilter({TABLE: pairs}, None, {TABLE: off(end)})
     for ch in chs:
         got = admit(ch, ended, KEY)
+        whole = ended.table(TABLE).admits_every_row(ch.tx_offset.sort_key())  # type: ignore[union-attr]
+        assert whole == (ch.tx_offset <= off(end) and ch.tx_offset >= max(m.hws))
+        if whole:
+            assert got is ch
         if ch.tx_offset > off(end):
             assert got is None
         else:
