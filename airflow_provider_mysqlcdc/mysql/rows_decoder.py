@@ -19,6 +19,7 @@ python-mysql-replication for that table map.
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -159,7 +160,7 @@ class RowsDecoder:
         items = ", ".join(f"{n!r}: {present[n] if n in present else absent(n)}" for n in out_order)
         L.append(f"    return {{{items}}}, p")
         code = "\n".join(L)
-        exec(compile(code, f"<rows decoder {self.table}>", "exec"), src.env)
+        exec(_compiled(code, f"<rows decoder {self.table}>"), src.env)
         return src.env["image"]
 
     def decode(self, body: bytes, kind: str) -> list[Any]:
@@ -189,6 +190,15 @@ class RowsDecoder:
         if p != end:
             raise ValueError(f"rows event of {self.table}: decoded past the end of the event ({p} > {end})")
         return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(code: str, filename: str) -> Any:
+    """The decoder source compiled once per process. A stream task builds a decoder for every table
+    map it meets, and a Python worker runs many tasks: over hundreds of tables, compiling the same
+    source again was most of a task's time. The code object holds no per-table state (the values it
+    uses come from the ``env`` it is executed in), so sharing it is safe."""
+    return compile(code, filename, "exec")
 
 
 __all__ = ["RowsDecoder", "UnsupportedRowFormat", "key_image_columns"]

@@ -265,6 +265,11 @@ def test_decoder_refuses_what_it_cannot_decode_exactly(mariadb, db, cdc_conn) ->
     dflt = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG)], schema, added_columns=["n"], added_defaults={"n": 5})
     assert dflt.decode(body, "c") == [{"id": 7, "n": 5}]
     assert dflt.decode(body + body, "u") == [({"id": 7, "n": 5}, {"id": 7, "n": 5})]
+    # the compiled source is shared by decoders of the same shape (once per process); the values it
+    # uses are each decoder's own
+    other = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG)], schema, added_columns=["n"], added_defaults={"n": 6})
+    assert other._full.__code__ is dflt._full.__code__
+    assert other.decode(body, "c") == [{"id": 7, "n": 6}] and dflt.decode(body, "c") == [{"id": 7, "n": 5}]
     full = RowsDecoder("w", [Col("id", FIELD_TYPE.LONG), Col("n", FIELD_TYPE.LONG)], schema, added_columns=["n"],
                        added_defaults={"n": 5})  # fmt: skip
     assert full.decode(b"\x02" + struct.pack("<i", 7), "c") == [{"id": 7, "n": None}]  # a newer image's NULL stays
