@@ -63,7 +63,7 @@ def test_a_six_reader_stream_and_two_group_windows_have_distinct_server_ids(
     go = threading.Event()
 
     class HeldReader(BinlogRangeReader):
-        """Pauses after its first change, its replication connection open, until the test has looked.
+        """Pauses after its first rows event, its replication connection open, until the test has looked.
 
         Blocking, so that the server keeps the dump thread (and its SHOW SLAVE HOSTS entry) while
         the reader pauses, instead of sending the small range at once and ending it; the reader still
@@ -72,8 +72,8 @@ def test_a_six_reader_stream_and_two_group_windows_have_distinct_server_ids(
         def __init__(self, *args: Any, **kw: Any) -> None:
             super().__init__(*args, **{**kw, "blocking": True})
 
-        def __iter__(self) -> Iterator[Any]:
-            changes = super().__iter__()
+        def events(self) -> Iterator[Any]:  # what the stream's task reads (one item per rows event)
+            changes = super().events()
 
             def held() -> Iterator[Any]:
                 first = True
