@@ -128,19 +128,6 @@ class RowsEventChanges:
             return [None] * len(images), images
         return images, [None] * len(images)
 
-    def change(self, i: int) -> RowChange:
-        """Row ``i`` of :attr:`images` as a :class:`RowChange`."""
-        img = self.images[i]
-        op = self.op
-        if op == UPDATE:
-            before, after = img
-        elif op == CREATE:
-            before, after = None, img
-        else:
-            before, after = img, None
-        return RowChange(op, self.table, before, after, self.tx_offset, self.event_pos, self.first_row + i,
-                         self.commit_ts)  # fmt: skip
-
     def changes(self) -> Iterator[RowChange]:
         """The rows one by one."""
         op, table, tx, at, ts = self.op, self.table, self.tx_offset, self.event_pos, self.commit_ts

@@ -247,7 +247,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
                     whole = tf.admits_every_row(tx_key)  # the common case: the event's rows go in whole
                     if not whole:  # the handoff rule (core/handoff.py), row by row
                         keys = key_cols[table]
-                        kept = [k for i in range(len(item)) if (k := admit(item.change(i), flt, keys, tx_key))]
+                        kept = [k for ch in item.changes() if (k := admit(ch, flt, keys, tx_key))]
                         if not kept:
                             continue
                     b = builders[table]
