@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="memory the driver may use to fold one table's batch; larger batches spill (default 512)")
     p.add_argument("--apply-threads", type=int, default=4,
                    help="tables of one micro-batch applied at once (default 4; 1 = one after the other)")
+    p.add_argument("--apply-processes", type=int, default=None,
+                   help="processes applying a micro-batch's tables, each owning a share of them (default: one "
+                   "per core, at most 4, for 64 tables or more; 0 = the driver's threads only)")
     p.add_argument("--rewrite-below-mb", type=int, default=StreamOptions().rewrite_below_mb,
                    help="Delta tables up to this size take a batch by a whole-table rewrite; larger ones by "
                    f"deletion vectors or a MERGE (default {StreamOptions().rewrite_below_mb}; 0 = never rewrite)")
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_inline_bytes=args.max_inline_bytes,
                 apply_memory_mb=args.apply_memory_mb,
                 apply_threads=args.apply_threads,
+                apply_processes=args.apply_processes,
                 rewrite_below_mb=args.rewrite_below_mb,
                 deletion_vectors=args.deletion_vectors,
                 schema_change_policy=args.schema_change_policy,

@@ -52,6 +52,9 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         ``stream_readers``, the stream's share of the connection's ``server_id_range``
     :param max_bytes_per_trigger: binlog bytes one micro-batch may take
     :param apply_threads: tables of one micro-batch applied at once (default 4; 1 = one by one)
+    :param apply_processes: processes applying a micro-batch's tables, each owning a share of them
+        (default: one per driver core, at most 4, for a stream of 64 tables or more; 0 = the
+        driver's threads only) — README "Large transactions", its settings table
     :param deletion_vectors: bigger tables (one integer key) take a batch with Delta deletion vectors,
         rewriting only the changed rows (default True); False keeps the copy-on-write MERGE, for
         readers without deletion-vector support — README "Big tables"
@@ -79,6 +82,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         max_bytes_per_trigger: int | None = None,
         apply_memory_mb: int | None = None,
         apply_threads: int | None = None,
+        apply_processes: int | None = None,
         deletion_vectors: bool = True,
         schema_change_policy: str | None = None,
         maintenance_interval_seconds: float | None = None,
@@ -96,6 +100,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.max_bytes_per_trigger = max_bytes_per_trigger
         self.apply_memory_mb = apply_memory_mb
         self.apply_threads = apply_threads
+        self.apply_processes = apply_processes
         self.deletion_vectors = deletion_vectors
         self.schema_change_policy = schema_change_policy
         self.maintenance_interval_seconds = maintenance_interval_seconds
@@ -121,6 +126,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
             args += ["--apply-memory-mb", str(int(self.apply_memory_mb))]
         if self.apply_threads:
             args += ["--apply-threads", str(int(self.apply_threads))]
+        if self.apply_processes is not None:
+            args += ["--apply-processes", str(int(self.apply_processes))]
         if not self.deletion_vectors:
             args.append("--no-deletion-vectors")
         if self.schema_change_policy:

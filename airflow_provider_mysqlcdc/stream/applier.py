@@ -25,12 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.core import types as cdc_types
-from airflow_provider_mysqlcdc.core.change_block import changes_after, decode_blocks, fold_block
+from airflow_provider_mysqlcdc.core.change_block import changes_after, fold_block
 from airflow_provider_mysqlcdc.core.changelog import changes_to_changelog
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
-from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.stream_state import StreamStatus
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
@@ -38,6 +36,7 @@ from airflow_provider_mysqlcdc.sinks.delta_merge import replace_rows
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses, ApplySpec
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
 from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.emptied_rows import removed_rows_changelog
@@ -45,6 +44,7 @@ from airflow_provider_mysqlcdc.stream.maintenance_rounds import MaintenanceRound
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
+from airflow_provider_mysqlcdc.stream.table_apply import TableChangeApplier
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class BatchApplier:
         options: StreamOptions | None = None,
         staging: str | None = None,
         checkpoint: CheckpointCopy | None = None,
+        processes: ApplyProcesses | None = None,
     ):
         self.store = store
         self.checkpoint = checkpoint
@@ -77,11 +78,14 @@ class BatchApplier:
         self.manifest = manifest
         self.options = options or StreamOptions()
         self.staging = staging
-        self.schemas = manifest.schemas()
-        self.arrow = {t: cdc_types.arrow_schema(s) for t, s in self.schemas.items()}
-        self.metadata = {t for t, e in manifest.tables.items() if e.metadata_columns}  # core/row_metadata.py
-        self.lake = {t: lake_schema(a, t in self.metadata) for t, a in self.arrow.items()}
-        self.pks = {t: list(e.merge_key) for t, e in manifest.tables.items()}
+        self.app_id = manifest.app_id(store.pipeline_id)
+        self.tables = TableChangeApplier(sink, manifest, self.app_id)  # stream/table_apply.py
+        self.schemas, self.arrow, self.lake = self.tables.schemas, self.tables.arrow, self.tables.lake
+        self.metadata, self.pks = self.tables.metadata, self.tables.pks
+        # apply processes owning shares of the tables (stream/apply_processes.py); None: this driver's threads
+        self.processes = processes
+        if processes is not None:
+            processes.configure(ApplySpec.of(sink, manifest, self.app_id, self.options.apply_threads, processes.count))
         self.schema_positions = {t: e.schema_position for t, e in manifest.tables.items() if e.schema_position}
         for t, r in manifest.refused.items():  # created while streaming and refused: that CREATE is done with
             self.schema_positions.setdefault(t, BinlogOffset.from_dict(r["offset"]))
@@ -90,7 +94,6 @@ class BatchApplier:
         # offsets where a table continued from its shadow table's rows (an online schema change's cut-over)
         self.replaced = {t: {o.sort_key(): src for o, src in e.replaced_from}
                          for t, e in manifest.tables.items() if e.replaced_from}  # fmt: skip
-        self.app_id = manifest.app_id(store.pipeline_id)
         self.batches = 0
         # what the status file says between batches; a large batch's progress is written on top of it
         self.last_status = replace(store.read_status(), current_batch=None)
@@ -103,7 +106,7 @@ class BatchApplier:
             self.checkpoint.push()
         with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
             data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
-            self.apply_arrow(data, batch_id, t0, progress)
+            self.apply_arrow(data, batch_id, t0, progress, read_seconds=time.monotonic() - t0)
         self.maintain_if_due()
 
     def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:
@@ -125,7 +128,8 @@ class BatchApplier:
         return summary
 
     def apply_arrow(
-        self, data: pa.Table, batch_id: int, t0: float | None = None, progress: BatchProgress | None = None
+        self, data: pa.Table, batch_id: int, t0: float | None = None, progress: BatchProgress | None = None,
+        read_seconds: float | None = None,
     ) -> dict[str, int]:
         """Apply one micro-batch (``mysql_binlog`` output: change blocks) to the Delta tables.
 
@@ -205,12 +209,16 @@ class BatchApplier:
                 self._apply_in_memory(t, blobs[t], batch_id)
 
         threads = min(self.options.apply_threads, len(units)) if needed <= memory else 1
-        if threads > 1:
+        t_apply = time.monotonic()
+        if self.processes is not None and units:
+            self.processes.apply(batch_id, {t: blobs[t] for t in in_memory}, units, parallel=needed <= memory)
+        elif threads > 1:
             with ThreadPoolExecutor(threads, thread_name_prefix=f"apply-b{batch_id}") as pool:
                 for _ in pool.map(apply_unit, units.values()):
                     pass  # map re-raises the first table's failure
         else:
             apply_unit(in_memory)
+        apply_seconds = time.monotonic() - t_apply
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
         large_batch = None
         if progress is not None and progress.announced:
@@ -237,7 +245,12 @@ class BatchApplier:
             for key in done:
                 remove_batch(self.staging, key, self.store.storage)
         lag_text = f"lag {lag}s" if lag is not None else "no changes"
-        log.info("batch %d: %s rows %s, %s, %.2fs", batch_id, status.rows, dict(counts), lag_text, status.seconds)
+        per_table = f" {dict(counts)}" if len(counts) <= 8 else ""
+        read_text = f"read {read_seconds:.2f}s, " if read_seconds is not None else ""
+        by = f" by {self.processes.count} processes" if self.processes is not None else ""
+        log.info("batch %d: %s rows over %d tables%s, %s, %.2fs (%sin-memory tables applied in %.2fs%s)",
+                 batch_id, status.rows, len(counts), per_table, lag_text, status.seconds, read_text, apply_seconds,
+                 by)  # fmt: skip
         self.batches += 1
         return dict(counts)
 
@@ -321,15 +334,7 @@ class BatchApplier:
 
     def _apply_in_memory(self, table: str, blobs: list[bytes], batch_id: int) -> None:
         """One table's changes of a batch: changelog append, fold, one MERGE (each once per batch id)."""
-        block = decode_blocks(blobs)
-        if block is None:
-            return
-        if self.manifest.tables[table].changelog:
-            append_changes(self.sink, table, self.arrow[table], [changes_to_changelog(block, self.arrow[table])],
-                           self.app_id, batch_id)  # fmt: skip
-        upserts, delete_keys = fold_block(block, self.pks[table], table in self.metadata)
-        self.sink.apply_changes(table, upserts.cast(self.lake[table]), delete_keys, self.pks[table], self.app_id,
-                                batch_id)  # fmt: skip
+        self.tables.apply(table, blobs, batch_id)
 
     def _apply_bounded(
         self,

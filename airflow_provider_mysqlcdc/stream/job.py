@@ -16,11 +16,13 @@ current batch has finished, so the checkpoint is always at a batch boundary.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +32,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.storage import is_local
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses, processes_for
 from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.control import (
     PAUSE_TIMEOUT_SECONDS,
@@ -63,11 +66,30 @@ def run_stream(
     the new manifest in the same Spark application."""
     stop_event = stop_event or threading.Event()  # one event: signals reach a paused stream too
     policy = (options or StreamOptions()).schema_change_policy
+    with _apply_processes(store, options) as processes:
+        _run_queries(spark, settings, store, sink, options, recorder, stop_event, policy, processes)
+
+
+def _apply_processes(store: StateStore, options: StreamOptions | None) -> contextlib.AbstractContextManager[Any]:
+    """The processes applying the stream's tables (``stream/apply_processes.py``), for the whole run
+    (kept across query restarts: they carry the tables' state); a null context when the driver's
+    threads apply them."""
+    manifest = store.read_manifest()
+    count = processes_for((options or StreamOptions()).apply_processes, len(manifest.tables) if manifest else 0)
+    if not count:
+        return contextlib.nullcontext(None)
+    log.info("stream %s: %d apply processes, each owning a share of the tables", store.pipeline_id, count)
+    return ApplyProcesses(count)
+
+
+def _run_queries(spark: Any, settings: ConnectionSettings, store: StateStore, sink: DeltaSink,
+                 options: StreamOptions | None, recorder: StreamRunRecorder | None, stop_event: threading.Event,
+                 policy: str, processes: ApplyProcesses | None) -> None:  # fmt: skip
     while True:
         if store.exists(SCHEMA_CHANGE):  # a crash after a batch met a DDL: follow it first
             follow_schema_change(store, sink, settings, policy)
         checkpoint = checkpoint_copy(store, options)
-        query = start_stream(spark, settings, store, sink, options, checkpoint)
+        query = start_stream(spark, settings, store, sink, options, checkpoint, processes)
         try:
             why = run_until_stopped(query, stop_event, recorder)
         except RuntimeError:
@@ -114,6 +136,7 @@ def start_stream(
     sink: DeltaSink,
     options: StreamOptions | None = None,
     checkpoint: CheckpointCopy | None = None,
+    processes: ApplyProcesses | None = None,
 ) -> Any:
     """Start the streaming query from the manifest in the state store (or its checkpoint).
 
@@ -153,8 +176,14 @@ def start_stream(
         reader = reader.option("storage", store.storage.to_json())
     for k, v in opts.source_options().items():
         reader = reader.option(k, v)
-    applier = BatchApplier(store, sink, manifest, opts, staging, checkpoint)
-    primed = sum(prime_table_state(sink, t, dt, applier.app_id) for t, dt in loaded.items())
+    applier = BatchApplier(store, sink, manifest, opts, staging, checkpoint, processes)
+    if processes is not None:  # each process loads the state of the tables it owns
+        units: dict[str, list[str]] = defaultdict(list)
+        for t in loaded:
+            units[sink.table_uri(t)].append(t)
+        primed = processes.prime(units)
+    else:
+        primed = sum(prime_table_state(sink, t, dt, applier.app_id) for t, dt in loaded.items())
     if primed:
         log.info("stream %s: %d small tables committed directly from their carried state", store.pipeline_id, primed)
     location = checkpoint.local if checkpoint is not None else store.url(checkpoint_dir(store, manifest))

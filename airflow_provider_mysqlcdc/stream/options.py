@@ -32,6 +32,11 @@ class StreamOptions:
     # batch touching many tables overlaps their commits. Only when the in-memory tables' folds fit
     # apply_memory_mb together; otherwise they go one by one.
     apply_threads: int = 4
+    # Processes applying a batch's tables, each owning a fixed share of them and their carried state
+    # (stream/apply_processes.py): threads overlap file I/O but share one GIL, processes use the
+    # driver's cores. None = automatic: one per core (at most 4) for a stream of 64 tables or more on
+    # a driver with 2+ cores, else 0; 0 = the driver's own threads (apply_threads) only.
+    apply_processes: int | None = None
     # Tables whose Delta data files total at most this many MiB take a batch by rewriting the whole
     # table as one file from the rows the stream carries (sinks/delta_small_table.py) instead of a
     # delta-rs MERGE, whose query planning is most of a small table's apply time. The rewrite's cost
@@ -61,6 +66,10 @@ class StreamOptions:
             raise ValueError(f"rewrite_below_mb must be 0 (always MERGE) or more, got {self.rewrite_below_mb}")
         if self.apply_threads < 1:
             raise ValueError(f"apply_threads must be at least 1, got {self.apply_threads}")
+        if self.apply_processes is not None and self.apply_processes < 0:
+            raise ValueError(f"apply_processes must be 0 (the driver's threads) or more, got {self.apply_processes}")
+        if self.trigger_seconds < 0:
+            raise ValueError(f"trigger_seconds must be 0 (batches back to back) or more, got {self.trigger_seconds}")
         check_policy(self.schema_change_policy)
 
     def source_options(self) -> dict[str, str]:

@@ -72,13 +72,15 @@ def test_template_rendering(store: StateStore) -> None:
 def test_stream_args() -> None:
     op = MySqlCdcStreamOperator(
         task_id="stream", pipeline_id="shop", state_root="/s", sink_root="/l", readers=4,
-        max_bytes_per_trigger=1 << 20, apply_memory_mb=256, apply_threads=2, maintenance_interval_seconds=0,
+        max_bytes_per_trigger=1 << 20, apply_memory_mb=256, apply_threads=2, apply_processes=0,
+        maintenance_interval_seconds=0,
         vacuum_retention_hours=2,
     )  # fmt: skip
     assert op.stream_args("r1") == [
         "--state-root", "/s", "--pipeline-id", "shop", "--sink-root", "/l", "--run-id", "r1", "--trigger-seconds",
         "1.0", "--readers", "4", "--max-bytes-per-trigger", "1048576", "--apply-memory-mb", "256",
-        "--apply-threads", "2", "--maintenance-interval", "0.0", "--vacuum-retention-hours", "2.0",
+        "--apply-threads", "2", "--apply-processes", "0", "--maintenance-interval", "0.0",
+        "--vacuum-retention-hours", "2.0",
     ]  # fmt: skip
     evolve = MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
                                     schema_change_policy="evolve")  # fmt: skip
