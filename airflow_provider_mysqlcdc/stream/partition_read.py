@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -115,6 +115,18 @@ def backoff(attempt: int) -> float:
     return min(2.0, 0.1 * 2**attempt)
 
 
+class _PerTable(dict):  # type: ignore[type-arg]
+    """A table's value, made by ``make(table)`` the first time it is asked for."""
+
+    def __init__(self, make: Callable[[str], Any]):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, table: str) -> Any:
+        value = self[table] = self.make(table)
+        return value
+
+
 def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> Iterator[pa.RecordBatch]:
     """Decode one sub-range, filter it, yield Arrow batches of change blocks (:data:`SCHEMA`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -133,14 +145,15 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
         schema change's shadow copy of a captured table (docs/architecture.md, "Schema changes")."""
         return manifest.selection.selects(name) or shadow_of(name) in live
 
-    converters = {t: binlog_values.binlog_row_converter(s, added[t], defaults[t]) for t, s in schemas.items()}
+    # made when the range first touches a table: a batch reads a few of hundreds of captured tables
+    converters = _PerTable(lambda t: binlog_values.binlog_row_converter(schemas[t], added[t], defaults[t]))
     key_cols = {t: tuple(m.chunk_key_columns) for t, m in manifest.tables.items()}
     # a table with a changelog keeps every column of its before images (core/changelog.py)
     full_before = {t: reader.before_image == "full" or manifest.tables[t].changelog for t in schemas}
     block_rows = reader.block_rows
     before_cols = {t: key_image_columns(s.primary_key, key_cols[t]) for t, s in schemas.items()}
-    builders = {t: BlockBuilder(block_schema(cdc_types.arrow_schema(s), before_cols[t], full_before[t]))
-                for t, s in schemas.items()}  # fmt: skip
+    builders = _PerTable(lambda t: BlockBuilder(block_schema(cdc_types.arrow_schema(schemas[t]), before_cols[t],
+                                                             full_before[t])))  # fmt: skip
     key_only = {t: c for t, c in before_cols.items() if not full_before[t]}  # the decoder's before images
 
     def convert(table: str, values: dict[str, Any], none_sources: Any) -> dict[str, Any]:
