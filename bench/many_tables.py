@@ -15,10 +15,11 @@ Then the stream (``run_stream`` in a thread, the product's defaults) runs over t
 lake; once it has started and applied what the source holds (``stream_start_s``: the query's start,
 the tables' first loads, the first batch) and then one change in every table
 (``stream_first_batch_s``: the first batch with changes starts the Python workers and the apply
-threads), a writer in a process of its own commits ``--lag-rate``
+processes or threads), a writer in a process of its own commits ``--lag-rate``
 single-row UPDATE transactions/s spread uniformly over all tables for ``--lag-seconds``; each
-UPDATE writes a sequence number, and a change's lag is when
-the MERGE that made it visible returned minus when its commit returned (``lag_p50_s``,
+UPDATE writes a sequence number, and a change's lag is the commit time of the first Delta version
+of its table that holds it (read from the tables' logs after the run) minus when its source
+commit returned (``lag_p50_s``,
 ``lag_p99_s``, target p99 < 3 s). With ``--lag-rounds N`` the stream runs 2N times, alternating the
 product's defaults with MERGE-only apply (``rewrite_below_mb=0, deletion_vectors=False``, the
 reference), and the lag figures are medians over each side's rounds, with
@@ -31,19 +32,20 @@ Ends with one JSON line on stdout; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
-import functools
+import json
 import logging
 import os
 import shutil
 import statistics
 import sys
-import threading
 import time
 from typing import Any
+from urllib.parse import unquote
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.mysql.server import current_offset
@@ -82,27 +84,30 @@ def _rows_in(sink: DeltaSink, tables: list[str]) -> int:
     return sum(sink.open(t).to_pyarrow_dataset().count_rows() for t in tables)
 
 
-class Visibility:
-    """When each lag value became visible: the wall time the MERGE that wrote it returned."""
-
-    def __init__(self) -> None:
-        self.seen: dict[int, float] = {}
-        self.lock = threading.Lock()
-        orig = DeltaSink.apply_changes
-        vis = self
-
-        @functools.wraps(orig)
-        def apply_changes(self_: Any, table: str, upserts: Any, *args: Any, **kw: Any) -> Any:
-            out = orig(self_, table, upserts, *args, **kw)
-            now = time.time()
-            values = upserts.column("v").filter(pc.greater_equal(upserts.column("v"), SEQ_BASE)).to_pylist()
-            with vis.lock:
-                for v in values:
-                    vis.seen.setdefault(v, now)
-            return out
-
-        DeltaSink.apply_changes = apply_changes  # type: ignore[method-assign]
-        self.restore = lambda: setattr(DeltaSink, "apply_changes", orig)
+def visible_at(sink: DeltaSink, tables: list[str], since: float, floor: int) -> dict[int, float]:
+    """When each lag value (``>= floor``) first became visible: the commit time (the log entry's
+    ``commitInfo.timestamp``) of the first version of its table whose added files hold it. Read from
+    the Delta logs after the run, so it holds wherever the stream applied the table (its driver or an
+    apply process); versions committed before ``since`` (wall time) are skipped."""
+    seen: dict[int, float] = {}
+    for t in tables:
+        root = sink.table_uri(t)
+        for name in sorted(os.listdir(f"{root}/_delta_log")):
+            if not name.endswith(".json"):
+                continue
+            with open(f"{root}/_delta_log/{name}") as f:
+                entries = [json.loads(line) for line in f if line.strip()]
+            info = next((e["commitInfo"] for e in entries if "commitInfo" in e), None)
+            if info is None or info.get("timestamp", 0) / 1000 < since:
+                continue
+            at = info["timestamp"] / 1000
+            for e in entries:
+                if "add" not in e:
+                    continue
+                v = pq.read_table(f"{root}/{unquote(e['add']['path'])}", columns=["v"]).column("v")
+                for value in pc.filter(v, pc.greater_equal(v, floor)).to_pylist():
+                    seen.setdefault(value, at)
+    return seen
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -124,7 +129,6 @@ def _sink_matches(server: Any, sink: DeltaSink, tables: list[str]) -> bool:
 def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink, tables: list[str], rows: int,
             rate: float, seconds: float, options: StreamOptions | None = None,
             run: int = 0) -> dict[str, Any]:  # fmt: skip
-    visibility = Visibility()
     th = StreamThread(spark, settings, store, sink, run_id="bench-many-tables", options=options or StreamOptions())
     started = time.monotonic()
     th.start_running(timeout=300)
@@ -141,8 +145,10 @@ def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink,
         th.wait_applied(settings, timeout=600)
         warm_secs = time.monotonic() - started - start_secs
         # in a process of its own, as a source application is: not contending for the stream's GIL
+        floor = SEQ_BASE + run * 10_000_000
         writer = ProcessWriter(update_random_tables, socket=server.socket, tables=tables, rows=rows, rate=rate,
-                               seconds=seconds, first_value=SEQ_BASE + run * 10_000_000, seed=3 + run)  # fmt: skip
+                               seconds=seconds, first_value=floor, seed=3 + run)  # fmt: skip
+        since = time.time()
         t0 = time.monotonic()
         writer.start()
         writer.join()
@@ -155,10 +161,10 @@ def lag_run(spark: Any, server: Any, settings: Any, store: Any, sink: DeltaSink,
     finally:
         th.stop_event.set()
         th.join(timeout=300)
-        visibility.restore()
     if th.error is not None:
         raise RuntimeError(f"the stream failed: {th.error}")
-    lags = [visibility.seen[s] - c for s, c in writer.committed.items() if s in visibility.seen]
+    seen = visible_at(sink, tables, since - 1.0, floor)
+    lags = [seen[s] - c for s, c in writer.committed.items() if s in seen]
     missing = len(writer.committed) - len(lags)  # overwritten by a later value in the same batch
     return {
         "stream_start_s": round(start_secs, 3),
