@@ -7,7 +7,8 @@ Creates its own private MariaDB with ``--tables`` tables of ``--rows`` rows (BIG
 VARCHAR(40)), snapshots them once through ``plan_run`` / ``run_snapshot_group`` / ``finalize_run``
 (Spark ``local[2]``), then copies the lake and state per run. Each run applies ``--batches``
 micro-batches, each holding ``--updates`` single-row updates of every table, with the stream's own
-``BatchApplier`` at ``apply_threads`` = each value of ``--threads`` (change blocks built as the
+``BatchApplier`` at ``apply_threads`` = each value of ``--threads`` (inside each of ``--processes``
+apply processes when given; change blocks built as the
 stream's tasks build them). The figure is the median seconds per batch; rounds interleave the
 settings, the headline is the median of the per-round ratios to ``apply_threads=1``. After each run
 every table must hold the values of the last batch, or the benchmark fails.
@@ -18,6 +19,7 @@ Ends with one JSON line on stdout; progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -36,6 +38,7 @@ from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
+from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from tests.support.bench_env import bench_environment, print_result, snapshot_pipeline
 
@@ -66,15 +69,18 @@ def _batches(tables: list[str], rows: int, updates: int, count: int) -> tuple[li
     return out, last
 
 
-def _run(base: str, root: str, threads: int, batches: list[pa.Table], last: dict[str, dict]) -> float:
+def _run(base: str, root: str, threads: int, batches: list[pa.Table], last: dict[str, dict],
+         processes: int = 0) -> float:  # fmt: skip
     shutil.copytree(base, root)
     store, sink = StateStore(f"{root}/state", "many"), DeltaSink(f"{root}/lake", owner="many")
-    applier = BatchApplier(store, sink, store.read_manifest(), StreamOptions(apply_threads=threads))
     seconds = []
-    for b, data in enumerate(batches):
-        t = time.monotonic()
-        applier.apply_arrow(data, b)
-        seconds.append(time.monotonic() - t)
+    with ApplyProcesses(processes) if processes else contextlib.nullcontext(None) as procs:
+        options = StreamOptions(apply_threads=threads, apply_processes=processes)
+        applier = BatchApplier(store, sink, store.read_manifest(), options, processes=procs)
+        for b, data in enumerate(batches):
+            t = time.monotonic()
+            applier.apply_arrow(data, b)
+            seconds.append(time.monotonic() - t)
     for t, want in last.items():
         got = sink.read(t).select(["id", "v"]).to_pydict()
         have = dict(zip(got["id"], got["v"], strict=True))
@@ -93,6 +99,8 @@ def main() -> int:
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--threads", default="1,4")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--processes", type=int, default=0,
+                   help="apply processes (stream/apply_processes.py) in every run, each with the threads given")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -112,16 +120,16 @@ def main() -> int:
         snapshot_pipeline(spark, server.cdc_settings(), config)
         log.info("snapshotted %d tables in %.1fs", len(tables), time.monotonic() - t0)
         batches, last = _batches(tables, args.rows, args.updates, args.batches)
-        _run(base, f"{work}/warm-up", settings_threads[-1], batches[:2], {})  # delta-rs, Arrow kernels
+        _run(base, f"{work}/warm-up", settings_threads[-1], batches[:2], {}, args.processes)  # delta-rs, Arrow
         per_batch: dict[int, list[float]] = {n: [] for n in settings_threads}
         for r in range(args.rounds):
             for n in settings_threads:
-                per_batch[n].append(_run(base, f"{work}/r{r}-t{n}", n, batches, last))
+                per_batch[n].append(_run(base, f"{work}/r{r}-t{n}", n, batches, last, args.processes))
                 log.info("round %d apply_threads=%d: %.3fs per batch of %d tables", r, n, per_batch[n][-1],
                          len(tables))  # fmt: skip
     ref = settings_threads[0]
     out: dict[str, Any] = {"tables": args.tables, "updates_per_table": args.updates, "batches": args.batches,
-                           "rounds": args.rounds}  # fmt: skip
+                           "rounds": args.rounds, "processes": args.processes}  # fmt: skip
     for n in settings_threads:
         out[f"threads_{n}_s_per_batch_median"] = round(statistics.median(per_batch[n]), 3)
         out[f"threads_{n}_s_per_batch_all"] = [round(x, 3) for x in per_batch[n]]

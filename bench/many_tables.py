@@ -21,10 +21,10 @@ UPDATE writes a sequence number, and a change's lag is the commit time of the fi
 of its table that holds it (read from the tables' logs after the run) minus when its source
 commit returned (``lag_p50_s``,
 ``lag_p99_s``, target p99 < 3 s). With ``--lag-rounds N`` the stream runs 2N times, alternating the
-product's defaults with MERGE-only apply (``rewrite_below_mb=0, deletion_vectors=False``, the
-reference), and the lag figures are medians over each side's rounds, with
-``lag_p99_ratio_vs_merge``. Every table must equal its source (row count and sum) after each
-stream run caught up, or the benchmark fails.
+product's defaults with a reference (``--reference merge``: MERGE-only apply, ``rewrite_below_mb=0,
+deletion_vectors=False``; ``--reference threads``: the driver's threads, ``apply_processes=0``),
+and the lag figures are medians over each side's rounds, with ``lag_p99_ratio_vs_<reference>``.
+Every table must equal its source (row count and sum) after each stream run caught up, or the benchmark fails.
 
 Ends with one JSON line on stdout; progress goes to stderr.
 """
@@ -58,6 +58,9 @@ from tests.support.stream_thread import StreamThread
 
 log = logging.getLogger("bench.many_tables")
 SEQ_BASE = 1_000_000_000  # the lag writer's values: above anything the load wrote
+#: What the defaults are compared with (--reference): MERGE-only apply, or no apply processes.
+REFERENCES = {"merge": StreamOptions(rewrite_below_mb=0, deletion_vectors=False),
+              "threads": StreamOptions(apply_processes=0)}  # fmt: skip
 
 
 def _load(server: Any, tables: int, rows: int) -> None:
@@ -188,7 +191,9 @@ def main() -> None:
     p.add_argument("--lag-seconds", type=float, default=30.0)
     p.add_argument("--lag-rate", type=float, default=500.0)
     p.add_argument("--lag-rounds", type=int, default=1,
-                   help="stream runs per side, alternating the defaults with MERGE-only apply (the reference)")
+                   help="stream runs per side, alternating the defaults with the reference")
+    p.add_argument("--reference", choices=sorted(REFERENCES), default="merge",
+                   help="the reference of --lag-rounds: MERGE-only apply, or the driver's threads (apply_processes=0)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
@@ -228,11 +233,12 @@ def main() -> None:
             "seconds_per_table": round(statistics.median(secs["many"]) / args.tables, 3),
         }
         assert last is not None
-        runs: dict[str, list[dict[str, Any]]] = {"default": [], "merge": []}
-        sides = [("default", StreamOptions()), ("merge", StreamOptions(rewrite_below_mb=0, deletion_vectors=False))]
+        ref = args.reference
+        runs: dict[str, list[dict[str, Any]]] = {"default": [], ref: []}
+        sides = [("default", StreamOptions()), (ref, REFERENCES[ref])]
         for r in range(args.lag_rounds):
             for side, options in sides if r % 2 == 0 or args.lag_rounds == 1 else sides[::-1]:
-                if args.lag_rounds == 1 and side == "merge":
+                if args.lag_rounds == 1 and side == ref:
                     continue
                 log.info("lag (%s): %.0f tx/s over %d tables for %.0f s", side, args.lag_rate, args.tables,
                          args.lag_seconds)  # fmt: skip
@@ -242,9 +248,9 @@ def main() -> None:
                     raise SystemExit(f"the lake differs from the source after the stream ({side}): {got}")
                 runs[side].append(got)
         out.update(_median_lags(runs["default"]))
-        if runs["merge"]:
-            out.update({f"{k.replace('lag_', 'lag_merge_', 1)}": v for k, v in _median_lags(runs["merge"]).items()})
-            out["lag_p99_ratio_vs_merge"] = round(out["lag_p99_s"] / out["lag_merge_p99_s"], 3)
+        if runs[ref]:
+            out.update({f"{k.replace('lag_', f'lag_{ref}_', 1)}": v for k, v in _median_lags(runs[ref]).items()})
+            out[f"lag_p99_ratio_vs_{ref}"] = round(out["lag_p99_s"] / out[f"lag_{ref}_p99_s"], 3)
             out["lag_p99_per_round"] = {s: [g["lag_p99_s"] for g in runs[s]] for s in runs}
         print_result(out)
 
