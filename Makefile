@@ -12,10 +12,14 @@ lint: bootstrap
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/lint-imports
 
+# Test modules run in PYTEST_WORKERS processes (pytest-xdist, a module's tests together): most of a
+# test waits on its servers (MariaDB, Spark, Airflow), so two overlap well on two cores. 0 = one process.
+PYTEST_WORKERS ?= 2
+
 test: bootstrap
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/lint-imports
-	.venv/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 demo: bootstrap
 	.venv/bin/python -m demo.run $(ARGS)
