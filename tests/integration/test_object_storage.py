@@ -25,7 +25,13 @@ from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapsh
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.storage import LakeStorage
 from airflow_provider_mysqlcdc.stream.control import checkpoint_dir, checkpoint_offset
-from airflow_provider_mysqlcdc.stream.job import StreamOptions, start_stream, stop_gracefully, wait_until_caught_up
+from airflow_provider_mysqlcdc.stream.job import (
+    StreamOptions,
+    checkpoint_copy,
+    start_stream,
+    stop_gracefully,
+    wait_until_caught_up,
+)
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.verify import compare
 
@@ -64,7 +70,11 @@ def test_snapshot_and_stream_with_lake_and_state_on_s3(mariadb, db, cdc_settings
         store.write_manifest(build_manifest(plan, store.read_all_results("p1")))
         # max_inline_bytes=0: every change block is staged in the state store, not sent through Spark
         opts = StreamOptions(trigger_seconds=0.5, readers=2, max_inline_bytes=0, scratch_dir=str(scratch))
-        query = start_stream(spark, cdc_settings, store, sink, opts)
+        # the checkpoint's local copy, pushed into the store when the query stops, as run_stream does
+        # (a stream that caught up in one batch has no later batch to push that batch's commit)
+        checkpoint = checkpoint_copy(store, opts)
+        assert checkpoint is not None
+        query = start_stream(spark, cdc_settings, store, sink, opts, checkpoint)
         try:
             time.sleep(6)
             writer.stop_event.set()
@@ -74,6 +84,8 @@ def test_snapshot_and_stream_with_lake_and_state_on_s3(mariadb, db, cdc_settings
             wait_until_caught_up(query, target, timeout=240)
         finally:
             stop_gracefully(query, timeout=60)
+            checkpoint.push()
+            checkpoint.close()
     finally:
         writer.stop_event.set()
         writer.join()
