@@ -19,7 +19,6 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -200,24 +199,13 @@ class BatchApplier:
                 needed += nbytes * FOLD_MEMORY_FACTOR
         # several tables at once only while their folds fit the memory one table may use
         # routed shards of one Delta table (core/routing.py) go one after the other: one writer per table
-        units: dict[str, list[str]] = defaultdict(list)
-        for t in in_memory:
-            units[self.sink.table_uri(t)].append(t)
-
-        def apply_unit(tables: list[str]) -> None:
-            for t in tables:
-                self._apply_in_memory(t, blobs[t], batch_id)
-
-        threads = min(self.options.apply_threads, len(units)) if needed <= memory else 1
+        units = self.tables.units(in_memory)
+        work = {t: blobs[t] for t in in_memory}
         t_apply = time.monotonic()
         if self.processes is not None and units:
-            self.processes.apply(batch_id, {t: blobs[t] for t in in_memory}, units, parallel=needed <= memory)
-        elif threads > 1:
-            with ThreadPoolExecutor(threads, thread_name_prefix=f"apply-b{batch_id}") as pool:
-                for _ in pool.map(apply_unit, units.values()):
-                    pass  # map re-raises the first table's failure
+            self.processes.apply(batch_id, work, units, parallel=needed <= memory)
         else:
-            apply_unit(in_memory)
+            self.tables.apply_all(work, batch_id, self.options.apply_threads if needed <= memory else 1)
         apply_seconds = time.monotonic() - t_apply
         lag = round(time.time() - last_commit_ts, 3) if last_commit_ts else None
         large_batch = None

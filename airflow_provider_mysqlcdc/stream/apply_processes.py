@@ -24,7 +24,7 @@ import threading
 import time
 import zlib
 from collections import defaultdict
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -235,24 +235,8 @@ def _configure(spec: ApplySpec) -> None:
 
 def _apply_share(share: dict[str, list[bytes]], batch_id: int) -> int:
     """This process's tables of a batch, a thread per Delta table (up to the stream's apply_threads)."""
-    applier = _current()
     t0 = time.monotonic()
-    units: dict[str, list[str]] = defaultdict(list)
-    for t in share:
-        units[applier.unit_of(t)].append(t)
-
-    def apply_unit(tables: list[str]) -> None:
-        for t in tables:
-            applier.apply(t, share[t], batch_id)
-
-    threads = min(_threads, len(units))
-    if threads > 1:
-        with ThreadPoolExecutor(threads, thread_name_prefix=f"apply-b{batch_id}") as pool:
-            for _ in pool.map(apply_unit, units.values()):
-                pass  # map re-raises the first table's failure
-    else:
-        for tables in units.values():
-            apply_unit(tables)
+    _current().apply_all(share, batch_id, _threads)
     log.debug("batch %d: %d tables applied in %.2fs", batch_id, len(share), time.monotonic() - t0)
     return len(share)
 

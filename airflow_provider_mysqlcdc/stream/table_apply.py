@@ -9,7 +9,9 @@ at once").
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.change_block import decode_blocks, fold_block
@@ -46,9 +48,31 @@ class TableChangeApplier:
         self.sink.apply_changes(table, upserts.cast(self.lake[table]), delete_keys, self.pks[table], self.app_id,
                                 batch_id)  # fmt: skip
 
-    def unit_of(self, table: str) -> str:
-        """The Delta table ``table`` writes: routed shards of one share it and go one after another."""
-        return self.sink.table_uri(table)
+    def units(self, tables: Iterable[str]) -> dict[str, list[str]]:
+        """``tables`` by the Delta table each writes: routed shards of one share it and go one after
+        another, in one thread."""
+        out: dict[str, list[str]] = defaultdict(list)
+        for t in tables:
+            out[self.sink.table_uri(t)].append(t)
+        return out
+
+    def apply_all(self, work: Mapping[str, list[bytes]], batch_id: int, threads: int) -> None:
+        """Every table of ``work`` (table -> its change blocks), up to ``threads`` Delta tables at
+        once (delta-rs and file writes release the GIL); raises the first table's failure."""
+
+        def apply_unit(tables: list[str]) -> None:
+            for t in tables:
+                self.apply(t, work[t], batch_id)
+
+        units = list(self.units(work).values())
+        threads = min(threads, len(units))
+        if threads <= 1:
+            for tables in units:
+                apply_unit(tables)
+            return
+        with ThreadPoolExecutor(threads, thread_name_prefix=f"apply-b{batch_id}") as pool:
+            for _ in pool.map(apply_unit, units):
+                pass  # map re-raises the first table's failure
 
 
 __all__ = ["TableChangeApplier"]
