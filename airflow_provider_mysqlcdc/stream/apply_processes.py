@@ -18,6 +18,7 @@ again, as with any other writer.
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import multiprocessing
 import os
 import threading
@@ -102,6 +103,7 @@ class ApplyProcesses:
         self._spec: ApplySpec | None = None
         self._pools: list[ProcessPoolExecutor | None] = [None] * count
         self._lock = threading.Lock()
+        self._logs: _ProcessLogs | None = None  # the processes' log records, handled in the driver
 
     def configure(self, spec: ApplySpec) -> None:
         """Apply with ``spec`` from now on (a query (re)start: its manifest). Running processes keep
@@ -141,6 +143,9 @@ class ApplyProcesses:
         for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+        logs, self._logs = self._logs, None
+        if logs is not None:
+            logs.stop()
 
     def __enter__(self) -> ApplyProcesses:
         return self
@@ -155,9 +160,12 @@ class ApplyProcesses:
             if pool is None:
                 if self._spec is None:
                     raise RuntimeError("ApplyProcesses.configure must be called before the processes are used")
+                context = multiprocessing.get_context("spawn")
+                if self._logs is None:
+                    self._logs = _ProcessLogs(context)
                 pool = self._pools[i] = ProcessPoolExecutor(
-                    1, mp_context=multiprocessing.get_context("spawn"), initializer=_configure,
-                    initargs=(self._spec,),
+                    1, mp_context=context, initializer=_start,
+                    initargs=(self._spec, self._logs.queue, logging.getLogger(_PACKAGE).getEffectiveLevel()),
                 )  # fmt: skip
                 log.info("apply process %d of %d starting", i + 1, self.count)
             return pool
@@ -213,9 +221,46 @@ class ApplyProcesses:
             broken.shutdown(wait=False, cancel_futures=True)
 
 
+#: The package whose loggers' records the processes send to the driver (at the driver's level).
+_PACKAGE = __name__.split(".")[0]
+
+
+class _ProcessLogs:
+    """The processes' log records, handled by the driver's loggers of the same names: a spawned
+    process has no logging set up, and its lines belong in the stream's log with the batch lines."""
+
+    def __init__(self, context: Any):
+        self.queue = context.Queue()
+        self._listener = logging.handlers.QueueListener(self.queue, _ToDriverLogger())
+        self._listener.start()
+
+    def stop(self) -> None:
+        self._listener.stop()
+        self.queue.close()
+
+
+class _ToDriverLogger(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+
+
 # ---------------------------------------------------------------------- process side
 _applier: TableChangeApplier | None = None
 _threads = 1
+
+
+def _start(spec: ApplySpec, logs: Any, level: int) -> None:
+    """A new process: its records go to the driver through ``logs`` (this package's at the driver's
+    level, others' warnings), then :func:`_configure`."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(logging.handlers.QueueHandler(logs))
+    root.setLevel(logging.WARNING)
+    logging.getLogger(_PACKAGE).setLevel(level)
+    _configure(spec)
 
 
 def _configure(spec: ApplySpec) -> None:

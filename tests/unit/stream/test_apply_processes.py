@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -87,3 +88,22 @@ def test_a_process_that_dies_again_fails_the_batch_with_the_way_out(tmp_path: Pa
         procs.configure(_spec(tmp_path, 1))
         with pytest.raises(RuntimeError, match=r"died twice.*apply_processes=0"):
             procs._run({0: [1]}, _die, True)
+
+
+def _say(share: list[str]) -> int:
+    logger = logging.getLogger("airflow_provider_mysqlcdc.stream.table_apply")
+    logger.debug("not at the driver's level")
+    logger.info("batch 3: %s: batch already applied; skipped", share[0])
+    logging.getLogger("some.library").info("another library's chatter")
+    return os.getpid()
+
+
+def test_a_process_logs_through_the_drivers_loggers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="airflow_provider_mysqlcdc")
+    with ApplyProcesses(1) as procs:
+        procs.configure(_spec(tmp_path, 1))
+        pid = procs._run({0: ["shop.t"]}, _say, True)[0]
+    assert pid != os.getpid()
+    lines = [(r.name, r.getMessage(), r.process) for r in caplog.records if r.process == pid]
+    assert lines == [("airflow_provider_mysqlcdc.stream.table_apply", "batch 3: shop.t: batch already applied; skipped",
+                      pid)]  # fmt: skip
