@@ -9,7 +9,7 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
-from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
 from airflow_provider_mysqlcdc.mysql.server import ServerInfo, current_offset, server_info, variables
 
 
@@ -300,6 +300,17 @@ def _has_unique_index(conn: Any, table: TableId, columns: list[str]) -> bool:
     return {c.lower() for c in columns} in indexes.values()
 
 
+def _parsed(names: list[str]) -> list[TableId]:
+    """The names that parse (a bad one is reported by the per-table check)."""
+    out = []
+    for name in names:
+        try:
+            out.append(TableId.parse(name))
+        except SourceSchemaError:
+            continue
+    return out
+
+
 def check_source(
     conn: Any,
     tables: list[str] | None = None,
@@ -318,10 +329,11 @@ def check_source(
         except (PermissionError, RuntimeError, pymysql.err.MySQLError) as exc:
             report.problems.append(SourceProblem("offset", str(exc)))
     ck = {str(TableId.parse(k)): v for k, v in (chunk_key_columns or {}).items()}
+    known = read_table_schemas(conn, _parsed(tables or []))
     for name in tables or []:
         try:
             tid = TableId.parse(name)
-            schema = read_table_schema(conn, tid)
+            schema = known.get(tid) or read_table_schema(conn, tid)  # the latter says what is wrong
             key = schema.chunk_key(ck.get(str(tid)))
             if not schema.primary_key and not _has_unique_index(conn, tid, [k.name for k in key]):
                 report.problems.append(SourceProblem(

@@ -9,7 +9,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_MAX_MAP_LENGTH, ChunkGroup, SnapshotChunk, group_splits
 from airflow_provider_mysqlcdc.core.keys import Collation
 from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
-from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
 from airflow_provider_mysqlcdc.mysql.splitter import SplitOptions, TableSplitResult, split_table
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,11 @@ def plan_snapshot(
     ck = {str(TableId.parse(k)): v for k, v in (chunk_key_columns or {}).items()}
     cache: dict[str, Collation] = {}
     results: list[TableSplitResult] = []
-    for name in dict.fromkeys(str(TableId.parse(t)) for t in tables):
-        schema = read_table_schema(conn, TableId.parse(name))
+    names = list(dict.fromkeys(str(TableId.parse(t)) for t in tables))
+    known = read_table_schemas(conn, [TableId.parse(n) for n in names])
+    for name in names:
+        tid = TableId.parse(name)
+        schema = known.get(tid) or read_table_schema(conn, tid)  # the latter says what is wrong
         results.append(split_table(conn, schema, SplitOptions(chunk_size, ck.get(name)), cache))
     splits = [s for r in results for s in r.splits]
     groups = group_splits(splits, chunks_per_group, max_groups)

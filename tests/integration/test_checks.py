@@ -22,8 +22,10 @@ from typing import Any
 import pymysql
 import pytest
 
+from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.checks import SourceReport, check_source
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
 from tests.support.mariadb import CDC_PASSWORD, CDC_USER, MariaDBServer, ServerSettings
 
 pytestmark = pytest.mark.integration
@@ -195,6 +197,27 @@ def test_good_table_passes(cdc_settings: ConnectionSettings, tables: str) -> Non
     assert report.tables == [f"{tables}.good", f"{tables}.dec_pk"]
     assert report.offset is not None
     assert "source OK" in report.summary()
+
+
+def test_schemas_read_together_equal_those_read_one_by_one(
+    mariadb: MariaDBServer, cdc_settings: ConnectionSettings, tables: str
+) -> None:
+    """read_table_schemas (two queries per database, what a plan over many tables uses) gives each
+    table exactly what read_table_schema gives, and leaves out what the server does not show."""
+    mariadb.execute(
+        f"CREATE TABLE `{tables}`.composite (b VARCHAR(10) COLLATE utf8mb4_general_ci NOT NULL, "
+        "a INT UNSIGNED NOT NULL, t DATETIME(3), PRIMARY KEY (a, b))",
+        f"CREATE VIEW `{tables}`.good_view AS SELECT id FROM `{tables}`.good",
+        database=tables,
+    )
+    names = ["good", "nopk", "nouniq", "dec_pk", "composite", "good_view"]
+    ids = [TableId(tables, n) for n in names] + [TableId(tables, "missing"), TableId("no_such_db", "good")]
+    with cdc_settings.connect() as conn:
+        together = read_table_schemas(conn, ids)
+        one_by_one = {TableId(tables, n): read_table_schema(conn, TableId(tables, n)) for n in names}
+    assert together == one_by_one
+    assert together[TableId(tables, "composite")].primary_key == ["a", "b"]
+    assert together[TableId(tables, "nopk")].primary_key == []
 
 
 def test_unknown_table(cdc_settings: ConnectionSettings, tables: str) -> None:
