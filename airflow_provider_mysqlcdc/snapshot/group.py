@@ -60,8 +60,9 @@ from airflow_provider_mysqlcdc.snapshot.staging import (
     SnapshotError,
     SnapshotTestHooks,
     TableWork,
-    prepare_tables,
+    create_tables,
     stage_group,
+    table_work,
 )
 from airflow_provider_mysqlcdc.state import StateStore
 
@@ -169,7 +170,7 @@ def run_snapshot_group(
     attempt = uuid.uuid4().hex[:12]
     key = _group_key(plan_id, group_id)
     log.info("snapshot group %s: %s (attempt %s)", key, group.label(), attempt)
-    work = prepare_tables(plan, group.splits, sink, key, attempt, record.row_filters, record.metadata_columns)
+    work = table_work(plan, group.splits, sink, key, attempt, record.row_filters, record.metadata_columns)
     server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
     run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)
     run.changelog = {t for t in group.tables if record.has_changelog(t)}
@@ -198,9 +199,14 @@ def snapshot_group(
         log.info("group %s: low watermark %s", g, low)
 
         t0 = time.monotonic()
-        rows = stage_group(spark, settings, run.work, run.plan.collations, reader=opts.reader,
-                           fetch_size=opts.fetch_size, hooks=hooks, max_rows_per_second=run.max_rows_per_second,
-                           chunk_watermarks=not opts.skip_backfill)  # fmt: skip
+        # the group's Delta tables are made while Spark reads its chunks (the driver only waits
+        # meanwhile); nothing reads or commits them before the group's commit
+        with ThreadPoolExecutor(1, thread_name_prefix=f"tables-{g}") as making:
+            made = making.submit(create_tables, sink, run.work)
+            rows = stage_group(spark, settings, run.work, run.plan.collations, reader=opts.reader,
+                               fetch_size=opts.fetch_size, hooks=hooks, max_rows_per_second=run.max_rows_per_second,
+                               chunk_watermarks=not opts.skip_backfill)  # fmt: skip
+            made.result()
         run.read_seconds = time.monotonic() - t0
         log.info("group %s: staged %d chunks of %s, %d rows in %.1fs (%.0f rows/s)", g, len(run.group.splits),
                  tables, rows, run.read_seconds, rows / max(run.read_seconds, 1e-9))  # fmt: skip

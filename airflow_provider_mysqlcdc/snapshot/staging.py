@@ -108,7 +108,7 @@ class TableWork:
         return sum(f.rows for f in self.files.values())
 
 
-def prepare_tables(
+def table_work(
     plan: SnapshotPlan,
     chunks: list[SnapshotChunk],
     sink: DeltaSink,
@@ -117,7 +117,8 @@ def prepare_tables(
     row_filters: dict[str, str] | None = None,
     metadata_columns: bool = False,
 ) -> list[TableWork]:
-    """The group's tables, each created in the sink if new and given its own staging location.
+    """The group's tables, each given its own staging location (no I/O: :func:`create_tables`
+    makes their Delta tables).
 
     The staging location is per attempt, so a retried group never adopts a failed attempt's files.
     ``row_filters`` (table -> SQL condition) narrow a partial backfill's reads."""
@@ -146,11 +147,15 @@ def prepare_tables(
         )
         w.staging = sink.staging_location(table, group_key, attempt)
         out.append(w)
-    # one Delta table each: created (and claimed) side by side, delta-rs releases the GIL meanwhile
-    with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, max(1, len(out)))) as pool:
-        for _ in pool.map(lambda w: sink.prepare_table(w.table, w.lake_schema, w.pk_cols), out):
-            pass  # map re-raises the first failure
     return out
+
+
+def create_tables(sink: DeltaSink, work: list[TableWork]) -> None:
+    """One Delta table per table of ``work``, created (and claimed) side by side if new, checked if
+    not: delta-rs releases the GIL meanwhile. Raises the first failure (another pipeline's table)."""
+    with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, max(1, len(work)))) as pool:
+        for _ in pool.map(lambda w: sink.prepare_table(w.table, w.lake_schema, w.pk_cols), work):
+            pass  # map re-raises the first failure
 
 
 def stage_group(
@@ -400,4 +405,12 @@ def _explain_read_error(table: str, exc: Exception) -> str:
     return f"reading {table} failed: {first.strip()}"
 
 
-__all__ = ["SnapshotError", "SnapshotTestHooks", "TableWork", "jdbc_frame", "prepare_tables", "stage_group"]
+__all__ = [
+    "SnapshotError",
+    "SnapshotTestHooks",
+    "TableWork",
+    "create_tables",
+    "jdbc_frame",
+    "stage_group",
+    "table_work",
+]
