@@ -18,6 +18,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state import StateStore
+from airflow_provider_mysqlcdc.stream.apply_processes import share_of
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.stream_thread import StreamThread, snapshot_tables
@@ -42,12 +43,22 @@ def _apply_processes() -> list[int]:
     return sorted(found)
 
 
+def _sink_over_both_shares(tmp_path: Any, tables: list[str]) -> DeltaSink:
+    """A lake whose table paths hash to both processes' shares (the database name is random, and
+    three tables fall in one share a quarter of the time): both processes then apply tables."""
+    for i in range(100):
+        sink = DeltaSink(str(tmp_path / f"lake{i}"), owner="procs")
+        if {share_of(sink.table_uri(t), 2) for t in tables} == {0, 1}:
+            return sink
+    raise AssertionError("no lake path spreads the tables over both shares")
+
+
 @pytest.mark.timeout(600)
 def test_processes_apply_a_stream_under_writes_and_a_killed_process_is_replaced(
     mariadb: Any, db: str, cdc_settings: Any, spark: Any, tmp_path: Any
 ) -> None:
     tables = make_tables(mariadb, db, rows=ROWS)
-    store, sink = StateStore(str(tmp_path / "state"), "procs"), DeltaSink(str(tmp_path / "lake"), owner="procs")
+    store, sink = StateStore(str(tmp_path / "state"), "procs"), _sink_over_both_shares(tmp_path, tables)
     snapshot_tables(spark, cdc_settings, store, sink, tables, chunk_size=1000, chunks_per_group=2)
     before = set(_apply_processes())
     th = StreamThread(spark, cdc_settings, store, sink, run_id="procs-1",
