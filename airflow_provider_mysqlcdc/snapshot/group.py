@@ -51,7 +51,7 @@ from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.checks import check_server
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
-from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import replace_snapshot_rows
 from airflow_provider_mysqlcdc.snapshot.binlog_window import replay_window
@@ -263,9 +263,10 @@ class _Source:
         """
         hooks.before_high_watermark()
         high = low if skip_backfill else source_server.current_offset(self.conn, self.info)
+        known = read_table_schemas(self.conn, [w.schema.table for w in run.work])
         for w in run.work:
             try:
-                now = read_table_schema(self.conn, w.schema.table)
+                now = known.get(w.schema.table) or read_table_schema(self.conn, w.schema.table)  # the latter: why
             except SourceSchemaError as exc:
                 raise SnapshotError(f"{w.table} cannot be read any more ({exc}); re-run the DAG") from None
             if now.to_dict() != w.schema.to_dict():
