@@ -58,12 +58,11 @@ def plan_snapshot(
     ck = {str(TableId.parse(k)): v for k, v in (chunk_key_columns or {}).items()}
     cache: dict[str, Collation] = {}
     results: list[TableSplitResult] = []
-    names = list(dict.fromkeys(str(TableId.parse(t)) for t in tables))
-    known = read_table_schemas(conn, [TableId.parse(n) for n in names])
-    for name in names:
-        tid = TableId.parse(name)
+    ids = list(dict.fromkeys(TableId.parse(t) for t in tables))
+    known = read_table_schemas(conn, ids)
+    for tid in ids:
         schema = known.get(tid) or read_table_schema(conn, tid)  # the latter says what is wrong
-        results.append(split_table(conn, schema, SplitOptions(chunk_size, ck.get(name)), cache))
+        results.append(split_table(conn, schema, SplitOptions(chunk_size, ck.get(str(tid))), cache))
     splits = [s for r in results for s in r.splits]
     groups = group_splits(splits, chunks_per_group, max_groups)
     log.info("planned %d chunks of %d table(s) in %d chunk group(s)", len(splits), len(results), len(groups))

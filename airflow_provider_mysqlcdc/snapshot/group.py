@@ -60,7 +60,7 @@ from airflow_provider_mysqlcdc.snapshot.staging import (
     SnapshotError,
     SnapshotTestHooks,
     TableWork,
-    create_tables,
+    creating_tables,
     stage_group,
     table_work,
 )
@@ -201,12 +201,10 @@ def snapshot_group(
         t0 = time.monotonic()
         # the group's Delta tables are made while Spark reads its chunks (the driver only waits
         # meanwhile); nothing reads or commits them before the group's commit
-        with ThreadPoolExecutor(1, thread_name_prefix=f"tables-{g}") as making:
-            made = making.submit(create_tables, sink, run.work)
+        with creating_tables(sink, run.work):
             rows = stage_group(spark, settings, run.work, run.plan.collations, reader=opts.reader,
                                fetch_size=opts.fetch_size, hooks=hooks, max_rows_per_second=run.max_rows_per_second,
                                chunk_watermarks=not opts.skip_backfill)  # fmt: skip
-            made.result()
         run.read_seconds = time.monotonic() - t0
         log.info("group %s: staged %d chunks of %s, %d rows in %.1fs (%.0f rows/s)", g, len(run.group.splits),
                  tables, rows, run.read_seconds, rows / max(run.read_seconds, 1e-9))  # fmt: skip

@@ -117,7 +117,7 @@ def table_work(
     row_filters: dict[str, str] | None = None,
     metadata_columns: bool = False,
 ) -> list[TableWork]:
-    """The group's tables, each given its own staging location (no I/O: :func:`create_tables`
+    """The group's tables, each given its own staging location (no I/O: :func:`creating_tables`
     makes their Delta tables).
 
     The staging location is per attempt, so a retried group never adopts a failed attempt's files.
@@ -150,12 +150,16 @@ def table_work(
     return out
 
 
-def create_tables(sink: DeltaSink, work: list[TableWork]) -> None:
+@contextlib.contextmanager
+def creating_tables(sink: DeltaSink, work: list[TableWork]) -> Iterator[None]:
     """One Delta table per table of ``work``, created (and claimed) side by side if new, checked if
-    not: delta-rs releases the GIL meanwhile. Raises the first failure (another pipeline's table)."""
+    not, while the block runs (delta-rs releases the GIL meanwhile). At the block's end, raises the
+    first failure (another pipeline's table)."""
     with ThreadPoolExecutor(max_workers=min(TABLE_THREADS, max(1, len(work)))) as pool:
-        for _ in pool.map(lambda w: sink.prepare_table(w.table, w.lake_schema, w.pk_cols), work):
-            pass  # map re-raises the first failure
+        made = [pool.submit(sink.prepare_table, w.table, w.lake_schema, w.pk_cols) for w in work]
+        yield
+        for f in made:
+            f.result()
 
 
 def stage_group(
@@ -409,7 +413,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotTestHooks",
     "TableWork",
-    "create_tables",
+    "creating_tables",
     "jdbc_frame",
     "stage_group",
     "table_work",
