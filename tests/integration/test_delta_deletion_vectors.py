@@ -162,6 +162,13 @@ def test_small_files_and_mostly_deleted_files_are_compacted(tmp_path: Path, monk
                <= 0.5 * json.loads(a["stats"])["numRecords"] for a in _adds(sink).values())  # fmt: skip
 
 
+def _wait_seen(seen: list[tuple[int, int, int]], version: int, timeout: float = 30.0) -> None:
+    """Until the reader has read ``version`` (or ``timeout`` passed: the assertions then say so)."""
+    deadline = time.monotonic() + timeout
+    while not any(v >= version for v, _, _ in list(seen)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_readers_see_each_batch_whole(tmp_path: Path) -> None:
     """Every batch moves quantity between two rows (the total stays the same) and replaces a row by
     a new key; a reader polling every version must see the same total and row count each time."""
@@ -201,6 +208,8 @@ def test_readers_see_each_batch_whole(tmp_path: Path) -> None:
             model[new] = model.pop(old)
             ups = _rows(model, sorted({a, b, new}))
             assert sink.apply_changes(TABLE, ups, _keys([old]), ["id"], APP, version)
+            if version % 6 == 0:  # let the reader catch up now and then: a loaded host can starve it
+                _wait_seen(seen, DeltaTable(sink.table_uri(TABLE)).version())
     finally:
         stop.set()
         t.join(60)
