@@ -40,7 +40,7 @@ from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.capture_selection import CaptureSelection
 from airflow_provider_mysqlcdc.core.config import RESOLVED_START_MODES, PipelineConfig
 from airflow_provider_mysqlcdc.core.keys import Collation
-from airflow_provider_mysqlcdc.core.manifest import CapturedTable, Manifest
+from airflow_provider_mysqlcdc.core.manifest import CapturedTable, FinishedChunk, Manifest
 from airflow_provider_mysqlcdc.core.manifest_build import build_manifest, offset_table, partial_backfill_chunks
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.plan_record import OffsetStart, PlanPointer, PlanRecord
@@ -48,6 +48,7 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.handover_changelog import Reread, log_removed_rows, logged_chunks, logged_through
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot, with_repaired_chunks
@@ -75,6 +76,7 @@ from airflow_provider_mysqlcdc.stream.control import (
     pause_stream,
     resume_stream,
     stream_state,
+    wait_until_applied,
 )
 
 log = logging.getLogger(__name__)
@@ -294,10 +296,13 @@ def finalize_run(
     plan_id: str,
     summaries: list[dict[str, Any]] | None = None,
     stop_timeout: float = 300.0,
+    settings: ConnectionSettings | None = None,
 ) -> FinalizeOutcome:
     """Turn a finished plan into stream manifest entries; swap re-snapshotted tables in. Idempotent:
     a plan finalized before (a retried stream task) is not merged again — the manifest may have
-    moved on since (a followed schema change, a later generation) and must not be rolled back."""
+    moved on since (a followed schema change, a later generation) and must not be rolled back.
+    ``settings`` (the source) are needed when a table with a changelog is read again: its rows the
+    source lost without a binlog event are told apart by a binlog read (``handover_changelog.py``)."""
     record = store.read_plan_record(plan_id)
     if record.finalized:
         log.info("plan %s was finalized before; the manifest is left as it is", plan_id)
@@ -341,19 +346,32 @@ def finalize_run(
 
     # changelog_tables switched on or off for tables already captured: the stream takes it at a hand-over
     logged = {t for t, e in old.tables.items() if e.changelog != record.has_changelog(t)} if old else set()
+    rereads = _logged_rereads(old, record, new_tables, repaired)
     paused: dict[str, Any] = {}
     if (new_tables or repaired or logged) and stream_state(store)["running"]:
+        if rereads:  # a changelog's re-read chunks: their changes up to H logged by this generation
+            _let_stream_pass(store, max(c.high_watermark for cs in rereads.values() for c in cs), stop_timeout)
         log.info("pausing the stream to hand %s over to it", sorted({*new_tables, *repaired, *logged}))
         paused = pause_stream(store, timeout=stop_timeout)
     ckpt = checkpoint_offset(store, old)
+    reports = [r for r in (store.read_group_report(plan_id, g) for g in group_ids) if r is not None]
+
+    def staged(t: str) -> list[StagedFile]:
+        return [f for r in reports for f in r.staged_files.get(t, [])]
+
+    if old is not None and rereads:
+        _log_removed_rows(sink, settings, record, old, {**old.collations, **collations}, rereads, staged, reports,
+                          ckpt or old.start_offset)  # fmt: skip
+        if not record.recover_purged:  # (its old checkpoint is purged: the stream restarts from the snapshots)
+            reached = ckpt or old.start_offset
+            for t in set(rereads) - set(record.row_filters):  # a partial backfill's HWs are min(H, P) already
+                fresh = repaired if t in repaired else new_tables
+                fresh[t] = replace(fresh[t], chunks=logged_chunks(fresh[t].chunks, reached))
 
     for t in record.deferred_commit_tables:
         schema = record.table_schema(t)
         lake = lake_schema(cdc_types.arrow_schema(schema), record.metadata_columns)
-        files: list[StagedFile] = []
-        for g in group_ids:
-            report = store.read_group_report(plan_id, g)
-            files += report.staged_files.get(t, []) if report else []
+        files = staged(t)
         if t in repaired and old is not None and t in record.row_filters:
             meta = {"plan_id": plan_id, "snapshot_filter": record.row_filters[t]}
             swap_keyed_rows(sink, t, old.tables[t], files, lake, meta)
@@ -394,6 +412,9 @@ def finalize_run(
                 "earliest new high watermark; the captured tables' changes before %s are filtered out",
                 early, ckpt, new_generation, ckpt,
             )
+        if old is not None and ckpt is not None:  # a new generation must not log twice what these logged
+            for t in (t for t, e in old.tables.items() if e.changelog and t in manifest.tables):
+                manifest = manifest.with_changelog_from([t], logged_through(store, sink, old, t, ckpt))
         # what the stream captures when a table is created while it runs: this run's selection
         manifest.selection = CaptureSelection.from_dict(record.pipeline)
         store.write_manifest(manifest)
@@ -423,6 +444,63 @@ def finalize_run(
         plan_id, out.added or "none", out.resnapshotted or "none", out.repaired or "none", out.tables,
     )
     return out
+
+
+def _logged_rereads(
+    old: Manifest | None, record: PlanRecord, new_tables: dict[str, CapturedTable], repaired: dict[str, CapturedTable]
+) -> dict[str, list[FinishedChunk]]:
+    """The tables with a changelog that this plan reads again (re-snapshot, repair, partial
+    backfill, recovery), with the chunks it read and their HWs (``handover_changelog.py``)."""
+    if old is None:
+        return {}
+    out = {}
+    for t, entry in {**new_tables, **repaired}.items():
+        before = old.tables.get(t)
+        if before is not None and before.changelog and before.ended_at is None and record.has_changelog(t):
+            out[t] = list(entry.chunks)
+    return out
+
+
+def _let_stream_pass(store: StateStore, target: BinlogOffset, timeout: float) -> None:
+    """Wait (at most ``timeout``) for the running stream to apply everything before ``target``, the
+    re-read's latest HW: then the pause point P lies after every re-read chunk's H, and the old
+    generation has logged their changes up to it. A stream that stops or lags is not waited for
+    (``handover_changelog.logged_chunks`` covers an H after P)."""
+    log.info("waiting for the stream to reach %s, the high watermark of the tables read again, before the pause",
+             target)  # fmt: skip
+    try:
+        wait_until_applied(store, target, timeout=timeout)
+    except (TimeoutError, RuntimeError) as exc:
+        log.warning("the stream did not reach %s (%s): pausing it where it is", target, exc)
+
+
+def _log_removed_rows(
+    sink: Any,
+    settings: ConnectionSettings | None,
+    record: PlanRecord,
+    old: Manifest,
+    collations: dict[str, Collation],
+    rereads: dict[str, list[FinishedChunk]],
+    staged: Callable[[str], list[StagedFile]],
+    reports: list[Any],
+    pause: BinlogOffset,
+) -> None:
+    """Before the swaps: each re-snapshotted or repaired table's rows the source lost without a
+    binlog event, as op ``d`` in its changelog (a partial backfill reads only what its filter selects,
+    so a row it does not find is not gone)."""
+    taken_at = {BinlogOffset.from_dict(r.summary["high_watermark"]): float(r.summary["high_taken_at"])
+                for r in reports if r.summary.get("high_taken_at")}  # fmt: skip
+    for t, chunks in rereads.items():
+        if t in record.row_filters:
+            continue
+        before = old.tables[t]
+        located = before.chunks if t in record.repair_chunks else chunks
+        reread = Reread(t, before, located, {c.chunk.split_id: c.high_watermark for c in chunks}, staged(t))
+        try:
+            log_removed_rows(sink, settings, record.plan_id, reread, collations, pause, taken_at,
+                             binlog_kept=not record.recover_purged)  # fmt: skip
+        except ValueError as exc:
+            raise PipelineStateError(str(exc)) from None
 
 
 def _forget_schema_changes(store: StateStore, tables: set[str]) -> None:

@@ -213,6 +213,15 @@ def changes_before(data: pa.Table, offset_key: tuple[int, int]) -> pa.Table:
     return data.filter(pc.or_(earlier_file, same_file))
 
 
+def changes_from(data: pa.Table, offset_key: tuple[int, int]) -> pa.Table:
+    """The changes of ``data`` whose transaction starts at or after ``offset_key``: what a
+    changelog complete up to that offset still lacks (``CapturedTable.changelog_from``)."""
+    fnum, pos = offset_key
+    later_file = pc.greater(data.column("file_num"), fnum)
+    same_file = pc.and_(pc.equal(data.column("file_num"), fnum), pc.greater_equal(data.column("pos"), pos))
+    return data.filter(pc.or_(later_file, same_file))
+
+
 def fold_block(data: pa.Table, primary_key: Sequence[str], with_metadata: bool = False) -> tuple[pa.Table, pa.Table]:
     """Fold a table's changes (a decoded block table) into ``(upserts, delete_keys)``.
 

@@ -8,10 +8,12 @@ changes the handoff rule let through.
 
 A changelog row::
 
-    _op          'c' insert, 'u' update, 'd' delete, 'r' snapshot read
+    _op          'c' insert, 'u' update, 'd' delete, 'r' snapshot read (a first snapshot, a
+                 re-snapshot or a repair: every row read, as of its group's HW)
     _commit_ts   the change's binlog event time (a snapshot row: when its group's HW was taken), UTC
     _tx_id       the transaction: '<file>:<pos>' where it starts in the binlog ('snapshot:<plan>:<group>'
-                 for snapshot rows)
+                 for snapshot rows; 'snapshot:<plan>:removed' for a 'd' of a row a re-read found
+                 gone from the source though no binlog event removed it)
     _binlog_file, _binlog_pos   where the change's transaction starts (a snapshot row: its HW)
     _event_pos   the rows event in that file (a snapshot row: the HW's position)
     _row_index   the row inside the rows event (a snapshot row: 0)
@@ -31,7 +33,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_mysqlcdc.core.change_block import keys_differ
+from airflow_provider_mysqlcdc.core.change_block import changes_from, keys_differ
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.row_metadata import TIMESTAMP
 
@@ -57,12 +59,16 @@ def changelog_schema(table_schema: pa.Schema) -> pa.Schema:
     return pa.schema([*META_FIELDS, pa.field("before", image), pa.field("after", image)])
 
 
-def changes_to_changelog(block: pa.Table, table_schema: pa.Schema) -> pa.Table:
+def changes_to_changelog(block: pa.Table, table_schema: pa.Schema, since: BinlogOffset | None = None) -> pa.Table:
     """A decoded change block table (``core/change_block.py``) as changelog rows, in its order.
 
     The block's ``before`` carries every column when the stream decodes full before images (it does
     for a table with a changelog); a key-only image is widened with nulls so every row has one type.
+    ``since`` (the table's ``changelog_from``) leaves out changes of transactions starting before
+    it: the changelog has them already, and a generation replaying them must not log them twice.
     """
+    if since is not None:
+        block = changes_from(block, since.sort_key())
     schema = changelog_schema(table_schema)
     image = schema.field("after").type
     file = block.column("file")
@@ -89,10 +95,20 @@ def snapshot_to_changelog(
     return _rows_at("r", rows, table_schema, high_watermark, taken_at, tx_id)
 
 
-def removed_to_changelog(rows: pa.Table, table_schema: pa.Schema, at: BinlogOffset, commit_ts: float) -> pa.Table:
-    """The rows a TRUNCATE (or DROP) at ``at`` removed, as op ``d`` changelog rows at that DDL: the
-    binlog logs no row event for them, and without these the SCD2 view would keep them current."""
-    return _rows_at("d", rows, table_schema, at, commit_ts, f"{at.file}:{at.pos}")
+def removed_to_changelog(
+    rows: pa.Table, table_schema: pa.Schema, at: BinlogOffset, commit_ts: float, tx_id: str | None = None
+) -> pa.Table:
+    """Rows removed without a row event, as op ``d`` changelog rows at ``at``: those a TRUNCATE (or
+    DROP) at ``at`` removed (``tx_id`` its transaction), or those a re-read found gone at its
+    high watermark ``at`` (``tx_id`` :func:`reread_removed_tx`). Without them the SCD2 view would
+    keep the rows current."""
+    return _rows_at("d", rows, table_schema, at, commit_ts, tx_id or f"{at.file}:{at.pos}")
+
+
+def reread_removed_tx(plan_id: str) -> str:
+    """The ``_tx_id`` of the rows a re-read (re-snapshot, repair) of plan ``plan_id`` found gone
+    from the source: beside its groups' ``snapshot:<plan>:<group>`` rows."""
+    return f"snapshot:{plan_id}:removed"
 
 
 def _rows_at(op: str, rows: pa.Table, table_schema: pa.Schema, at: BinlogOffset, ts: float, tx_id: str) -> pa.Table:
@@ -196,4 +212,4 @@ def _widen(images: pa.ChunkedArray | pa.Array, image: pa.StructType) -> pa.Array
 
 
 __all__ = ["META_FIELDS", "SCD2_FIELDS", "changelog_schema", "changes_to_changelog", "order_key",
-           "removed_to_changelog", "scd2", "snapshot_to_changelog"]  # fmt: skip
+           "removed_to_changelog", "reread_removed_tx", "scd2", "snapshot_to_changelog"]  # fmt: skip

@@ -89,6 +89,9 @@ class CapturedTable:
     routed_to: str | None = None  # the shared Delta table of a routed shard (core/routing.py)
     # added column -> the canonical value the rows older than its ADD COLUMN hold (mysql/column_defaults.py)
     added_defaults: dict[str, Any] = field(default_factory=dict)
+    # the changelog holds this table's changes up to here: a generation that replays behind it
+    # (a hand-over, a repair) logs only the changes from here on (docs/architecture.md, "Changelog")
+    changelog_from: BinlogOffset | None = None
 
     @property
     def source_schema(self) -> TableSchema:
@@ -152,6 +155,8 @@ class CapturedTable:
             out["routed_to"] = self.routed_to
         if self.added_defaults:
             out["added_defaults"] = {c: to_json(v) for c, v in self.added_defaults.items()}
+        if self.changelog_from is not None:
+            out["changelog_from"] = self.changelog_from.to_dict()
         return out
 
     @classmethod
@@ -178,6 +183,7 @@ class CapturedTable:
             [(BinlogOffset.from_dict(r["offset"]), str(r["table"])) for r in d.get("replaced_from", [])],
             d.get("routed_to") or None,
             {c: from_json(v) for c, v in d.get("added_defaults", {}).items()},
+            BinlogOffset.from_dict(d["changelog_from"]) if d.get("changelog_from") else None,
         )
 
 
@@ -244,6 +250,15 @@ class Manifest:
         """This manifest with each named table's changelog switched on or off."""
         tables = {t: replace(e, changelog=flags.get(t, e.changelog)) for t, e in self.tables.items()}
         return self._carry(Manifest(self.start_offset, tables, self.collations, self.generation))
+
+    def with_changelog_from(self, tables: Iterable[str], offset: BinlogOffset) -> Manifest:
+        """This manifest with the named tables' changelogs complete up to ``offset`` (the stream's
+        checkpoint at a hand-over): a new generation replaying their changes before it, which the
+        old generation logged, does not log them again. Never moves back."""
+        names = set(tables)
+        out = {t: replace(e, changelog_from=max(offset, e.changelog_from or offset)) if t in names else e
+               for t, e in self.tables.items()}  # fmt: skip
+        return self._carry(Manifest(self.start_offset, out, self.collations, self.generation))
 
     def with_metadata_columns(self, tables: Iterable[str], on: bool) -> Manifest:
         """This manifest with the named tables' rows carrying metadata columns (``on``) or not:

@@ -195,7 +195,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
             )
         try:
             sink = DeltaSink(str(self.sink_root), store.storage, owner=self.pipeline_id)
-            outcome = finalize_run(store, sink, str(plan_id), summaries, self.stop_timeout)
+            settings = MySqlCdcHook(self.mysql_cdc_conn_id).settings  # a changelog's re-read reads the binlog
+            outcome = finalize_run(store, sink, str(plan_id), summaries, self.stop_timeout, settings)
         except (ManifestError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
         manifest = store.read_manifest()

@@ -36,6 +36,14 @@ def changelog_exists(sink: DeltaSink, table: str) -> bool:
     return DeltaTable.is_deltatable(changelog_uri(sink, table), storage_options=sink.storage_options)
 
 
+def recorded_version(sink: DeltaSink, table: str, app_id: str) -> int | None:
+    """The last version of ``app_id`` (a stream generation's batch id, or a step logged once per plan)
+    that ``table``'s changelog records; None when it records none."""
+    if not changelog_exists(sink, table):
+        return None
+    return DeltaTable(changelog_uri(sink, table), storage_options=sink.storage_options).transaction_version(app_id)
+
+
 def append_changes(
     sink: DeltaSink,
     table: str,
@@ -108,5 +116,5 @@ def read_scd2(sink: DeltaSink, table: str, key: Sequence[str]) -> pa.Table:
     return scd2(read_changelog(sink, table), key)
 
 
-__all__ = ["CHANGELOG_DIR", "append_changes", "changelog_exists", "changelog_uri", "read_changelog", "read_scd2",
-           "replace_snapshot_rows"]  # fmt: skip
+__all__ = ["CHANGELOG_DIR", "append_changes", "changelog_exists", "changelog_uri",
+           "read_changelog", "read_scd2", "recorded_version", "replace_snapshot_rows"]  # fmt: skip

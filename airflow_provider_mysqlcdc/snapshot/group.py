@@ -101,6 +101,7 @@ class GroupResult:
     window_changes: int
     read_seconds: float = 0.0  # staging: the chunks' reads (what max_rows_per_second paces)
     replayed_in_task: int = 0  # chunks whose own window their reading task replayed (chunk_replay.py)
+    high_taken_at: float = 0.0  # when the HW was taken (its snapshot rows' commit time in a changelog)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -114,6 +115,7 @@ class GroupResult:
             "read_seconds": round(self.read_seconds, 3),
             "window_changes": self.window_changes,
             "chunks_replayed_in_task": self.replayed_in_task,
+            "high_taken_at": self.high_taken_at,
         }
 
 
@@ -227,7 +229,7 @@ def snapshot_group(
     log.info("group %s: committed Delta versions %s; kept for the table swap: %s",
              g, versions, sorted(run.deferred.intersection(run.group.tables)) or "none")  # fmt: skip
 
-    result = _report(store, run, low, high, changes)
+    result = _report(store, run, low, high, changes, high_taken_at)
     log.info("snapshot group %s done: %d chunks, %d rows, %.1fs (%.0f rows/s), LW %s, HW %s, %d window changes",
              g, len(result.chunks), result.rows, result.seconds, result.rows / max(result.seconds, 1e-9),
              low, high, changes)  # fmt: skip
@@ -377,7 +379,9 @@ def _log_snapshot_rows(sink: DeltaSink, run: GroupRun, high: BinlogOffset, taken
         log.info("group %s: %s: %d snapshot rows in the changelog", run.key, w.table, n)
 
 
-def _report(store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOffset, changes: int) -> GroupResult:
+def _report(
+    store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOffset, changes: int, high_taken_at: float
+) -> GroupResult:
     """Every chunk reports its own LW and HW where it has them, else the group's; one group report in
     the state store."""
     secs = time.monotonic() - run.started
@@ -389,7 +393,7 @@ def _report(store: StateStore, run: GroupRun, low: BinlogOffset, high: BinlogOff
             lw, hw = w.windows.get(s.split_id, (low, high))
             chunks.append(ChunkResult(w.table, s.split_id, gid, lw, hw, f.rows if f else 0, round(secs, 3)))
     result = GroupResult(gid, low, high, chunks, sum(c.rows for c in chunks), secs, changes, run.read_seconds,
-                         sum(len(w.replayed) for w in run.work))  # fmt: skip
+                         sum(len(w.replayed) for w in run.work), high_taken_at)  # fmt: skip
     staged = {w.table: _nonempty(w) for w in run.work if w.table in run.deferred}
     store.write_group_report(run.plan_id, GroupReport(gid, chunks, result.summary(), run.attempt, staged))
     return result

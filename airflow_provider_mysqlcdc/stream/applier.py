@@ -300,9 +300,12 @@ class BatchApplier:
         memory: a TRUNCATE's batch is bounded by the stream's batch size, not by the table."""
         cut = points[-1][0]
         blocks = self._blocks(blobs, staged)
-        if self.manifest.tables[table].changelog:
-            logged = [changes_to_changelog(b, self.arrow[table]) for b in blocks]
-            logged += removed_rows_changelog(self.sink, table, self.arrow[table], self.pks[table], blocks, points)
+        entry = self.manifest.tables[table]
+        if entry.changelog:
+            since = entry.changelog_from
+            logged = [changes_to_changelog(b, self.arrow[table], since) for b in blocks]
+            logged += removed_rows_changelog(self.sink, table, self.arrow[table], self.pks[table], blocks, points,
+                                             since)  # fmt: skip
             append_changes(self.sink, table, self.arrow[table], logged, self.app_id, batch_id)
         block = _changes_after(blocks, cut)
         if block is not None:
@@ -374,13 +377,14 @@ class BatchApplier:
     def _log_bounded(self, table: str, blobs: list[bytes], staged: list[dict[str, Any]], batch_id: int) -> None:
         """Stream a large batch's changes of ``table`` into its changelog, block by block, in one commit."""
         schema = self.arrow[table]
+        since = self.manifest.tables[table].changelog_from
 
         def tables() -> Iterator[pa.Table]:
             for blob in blobs:
-                yield changes_to_changelog(pa.ipc.open_stream(pa.py_buffer(blob)).read_all(), schema)
+                yield changes_to_changelog(pa.ipc.open_stream(pa.py_buffer(blob)).read_all(), schema, since)
             for f in staged:
                 for block in read_staged_blocks(f["path"], self.store.storage):
-                    yield changes_to_changelog(pa.Table.from_batches([block]), schema)
+                    yield changes_to_changelog(pa.Table.from_batches([block]), schema, since)
 
         rows = append_changes(self.sink, table, schema, tables(), self.app_id, batch_id)
         log.info("batch %d: %s: %s changelog rows appended", batch_id, table, "no" if rows is None else rows)

@@ -28,9 +28,11 @@ def removed_rows_changelog(
     primary_key: Sequence[str],
     blocks: list[pa.Table],
     points: Sequence[tuple[BinlogOffset, int]],
+    since: BinlogOffset | None = None,
 ) -> list[pa.Table]:
     """Changelog rows for what each emptying DDL at ``points`` ((offset, commit time in seconds), in
-    any order) removed; ``blocks`` are the table's decoded change blocks of the batch."""
+    any order) removed; ``blocks`` are the table's decoded change blocks of the batch. A DDL before
+    ``since`` (the table's ``changelog_from``) still empties the state but is logged already."""
     key = list(primary_key)
     key_schema = pa.schema([schema.field(c) for c in key])
     state = sink.read(table).select(schema.names).cast(schema)  # as the batch found it
@@ -46,7 +48,8 @@ def removed_rows_changelog(
             changed = pa.concat_tables([upserts.select(key).cast(key_schema), deletes.select(key).cast(key_schema)])
             keep = ~member_mask(state.select(key), changed, key) if state.num_rows else np.zeros(0, dtype=bool)
             state = pa.concat_tables([state.filter(pa.array(keep)), upserts.select(schema.names).cast(schema)])
-        out.append(removed_to_changelog(state, schema, at, commit_ts))
+        if since is None or not at < since:
+            out.append(removed_to_changelog(state, schema, at, commit_ts))
         state, prev = schema.empty_table(), at
     return out
 

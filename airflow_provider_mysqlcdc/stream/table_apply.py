@@ -41,9 +41,10 @@ class TableChangeApplier:
         block = decode_blocks(blobs)
         if block is None:
             return
-        if self.manifest.tables[table].changelog:
-            append_changes(self.sink, table, self.arrow[table], [changes_to_changelog(block, self.arrow[table])],
-                           self.app_id, batch_id)  # fmt: skip
+        entry = self.manifest.tables[table]
+        if entry.changelog:
+            logged = changes_to_changelog(block, self.arrow[table], entry.changelog_from)
+            append_changes(self.sink, table, self.arrow[table], [logged], self.app_id, batch_id)
         upserts, delete_keys = fold_block(block, self.pks[table], table in self.metadata)
         self.sink.apply_changes(table, upserts.cast(self.lake[table]), delete_keys, self.pks[table], self.app_id,
                                 batch_id)  # fmt: skip

@@ -18,7 +18,6 @@ Then, per table:
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import signal
@@ -31,10 +30,7 @@ from typing import Any
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.core.change import RowChange
 from airflow_provider_mysqlcdc.core.changelog import order_key
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.core.handoff import admit
@@ -49,6 +45,7 @@ from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapsh
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import request_stop, wait_until_applied
 from airflow_provider_mysqlcdc.verify import verify_pipeline
+from tests.support.binlog_changes import binlog_changes
 from tests.support.mariadb import MariaDBServer
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.stream_thread import StreamThread
@@ -59,44 +56,6 @@ pytestmark = pytest.mark.integration
 ROWS = 3_000
 REPO = Path(__file__).resolve().parents[2]
 KEYS = {"t_int": ["id"], "t_comp": ["region", "n"], "t_ci": ["k"]}
-
-
-def _binlog_changes(server: MariaDBServer, db: str, start: BinlogOffset, end: BinlogOffset) -> list[RowChange]:
-    """Every row change of ``db`` in ``[start, end)``, decoded by python-mysql-replication alone."""
-    reader = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": server.port, "user": "root", "passwd": ""},
-        server_id=4_000_001, log_file=start.file, log_pos=start.pos, resume_stream=True, blocking=False,
-        only_schemas=[db], only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-    )  # fmt: skip
-    out: list[RowChange] = []
-    gtids: dict[str, list[int]] = {}
-    try:
-        for ev in reader:
-            at = BinlogOffset(reader.log_file, ev.packet.log_pos - ev.event_size)
-            if not at < end:
-                break
-            tx = _tx_start(server, at, gtids)
-            op = {WriteRowsEvent: "c", UpdateRowsEvent: "u", DeleteRowsEvent: "d"}[type(ev)]
-            for i, row in enumerate(ev.rows):
-                before = row.get("before_values", row.get("values")) if op != "c" else None
-                after = row.get("after_values", row.get("values")) if op != "d" else None
-                out.append(RowChange(op, f"{db}.{ev.table}", before, after, tx, (0, at.pos), i,
-                                     ev.timestamp))  # fmt: skip
-    finally:
-        reader.close()
-    return out
-
-
-def _tx_start(server: MariaDBServer, at: BinlogOffset, gtids: dict[str, list[int]]) -> BinlogOffset:
-    """The start of the transaction holding the event at ``at``: the last GTID event before it."""
-    if at.file not in gtids:
-        with server.root_connection() as conn, conn.cursor() as cur:
-            cur.execute(f"SHOW BINLOG EVENTS IN '{at.file}'")
-            gtids[at.file] = [int(r[1]) for r in cur.fetchall() if r[2] == "Gtid"]
-    starts = gtids[at.file]
-    i = bisect.bisect_right(starts, at.pos) - 1
-    assert i >= 0, at
-    return BinlogOffset(at.file, starts[i])
 
 
 def _image(row: dict[str, Any] | None, table: str) -> tuple[Any, ...] | None:
@@ -204,7 +163,7 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
             os.killpg(proc.pid, signal.SIGKILL)
 
     flt = manifest.handoff_filter()
-    independent = _binlog_changes(mariadb, db, manifest.start_offset, end)
+    independent = binlog_changes(mariadb, db, manifest.start_offset, end)
     with cdc_settings.connect() as conn:
         for t in tables:
             name = t.split(".")[1]

@@ -255,3 +255,28 @@ def test_finalize_records_the_changelog_and_metadata_options_in_the_manifest(tmp
     finalize_run(store, sink, "p2")
     entry = store.read_manifest().tables["shop.t"]
     assert entry.changelog and entry.metadata_columns
+
+
+def test_a_changelog_complete_to_an_offset_is_recorded_and_never_moves_back() -> None:
+    m = Manifest.of({"shop.a": _entry("shop.a", [("b.000002", 100)]), "shop.b": _entry("shop.b", [("b.000002", 90)])})
+    p = BinlogOffset("b.000002", 500)
+    m2 = m.with_changelog_from(["shop.a"], p)
+    assert m2.tables["shop.a"].changelog_from == p and m2.tables["shop.b"].changelog_from is None
+    assert Manifest.from_json(m2.to_json()).tables["shop.a"].changelog_from == p
+    assert "changelog_from" not in m.to_dict()["tables"]["shop.a"]  # manifests without it read as before
+    assert m2.with_changelog_from(["shop.a"], BinlogOffset("b.000002", 300)).tables["shop.a"].changelog_from == p
+    later = BinlogOffset("b.000003", 4)
+    assert m2.with_changelog_from(["shop.a"], later).tables["shop.a"].changelog_from == later
+
+
+def test_a_reread_chunk_of_a_logged_table_takes_its_changes_from_the_earlier_of_its_hw_and_the_pause() -> None:
+    from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
+    from airflow_provider_mysqlcdc.core.keys import KeyColumn
+    from airflow_provider_mysqlcdc.core.manifest import FinishedChunk
+    from airflow_provider_mysqlcdc.handover_changelog import logged_chunks
+
+    col = (KeyColumn("id", "int"),)
+    chunks = [FinishedChunk(SnapshotChunk("shop.t", 0, col, None, (10,)), BinlogOffset("b.000002", 300)),
+              FinishedChunk(SnapshotChunk("shop.t", 1, col, (10,), None), BinlogOffset("b.000002", 100))]  # fmt: skip
+    # a stream paused at 200, before the first chunk's HW: its changes from 200 on must reach the changelog
+    assert [c.high_watermark.pos for c in logged_chunks(chunks, BinlogOffset("b.000002", 200))] == [200, 100]

@@ -12,6 +12,7 @@ from airflow_provider_mysqlcdc.core.changelog import (
     changes_to_changelog,
     order_key,
     removed_to_changelog,
+    reread_removed_tx,
     scd2,
     snapshot_to_changelog,
 )
@@ -102,4 +103,36 @@ def test_rows_a_truncate_removed_end_their_versions_at_it() -> None:
     hist = sorted(scd2(log, ["id"]).to_pylist(), key=lambda r: (r["id"], r["valid_from"]))
     assert [(r["id"], r["v"], r["valid_to"], r["is_current"]) for r in hist] == [
         (1, "a", _ts(1000), False), (1, "b", _ts(1001), False), (5, "e", _ts(1001), False), (7, "n", None, True),
+    ]
+
+
+def test_a_changelog_complete_to_an_offset_logs_only_the_changes_from_there() -> None:
+    """A generation replaying behind where the changelog is complete (``changelog_from``) logs only the
+    transactions starting at or after it: the earlier ones are in the changelog already."""
+    block = _block([("c", 100, 1000, None, {"id": 1, "v": "a"}),
+                    ("u", 200, 1001, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+                    ("d", 300, 1002, {"id": 1, "v": "b"}, None)])  # fmt: skip
+    assert changes_to_changelog(block, TABLE, BinlogOffset(F, 200)).column("_binlog_pos").to_pylist() == [200, 300]
+    assert changes_to_changelog(block, TABLE, BinlogOffset(F, 201)).column("_binlog_pos").to_pylist() == [300]
+    assert changes_to_changelog(block, TABLE, BinlogOffset("mysql-bin.000003", 4)).num_rows == 0
+    assert changes_to_changelog(block, TABLE, BinlogOffset("mysql-bin.000001", 9999)).num_rows == 3
+    assert changes_to_changelog(block, TABLE, None).num_rows == 3
+
+
+def test_a_row_a_reread_found_gone_ends_its_version_at_the_reread() -> None:
+    """A re-read at HW 400 that no longer finds id 5 (removed with no binlog event) logs a 'd' at 400
+    under its own transaction id; id 1, read again, gets a new version as op r."""
+    snap = snapshot_to_changelog(pa.table({"id": [1, 5], "v": ["a", "e"]}, schema=TABLE), TABLE,
+                                 BinlogOffset(F, 50), 900.0, "snapshot:p1:0")  # fmt: skip
+    again = snapshot_to_changelog(pa.table({"id": [1], "v": ["a"]}, schema=TABLE), TABLE, BinlogOffset(F, 400),
+                                  1100.0, "snapshot:r2:0")  # fmt: skip
+    gone = removed_to_changelog(pa.table({"id": [5], "v": ["e"]}, schema=TABLE), TABLE, BinlogOffset(F, 400), 1100.0,
+                                reread_removed_tx("r2"))  # fmt: skip
+    assert gone.column("_tx_id").to_pylist() == ["snapshot:r2:removed"]
+    hist = sorted(scd2(pa.concat_tables([snap, again, gone]), ["id"]).to_pylist(),
+                  key=lambda r: (r["id"], r["valid_from"]))  # fmt: skip
+    assert [(r["id"], r["valid_to"], r["is_current"], r["_tx_id"]) for r in hist] == [
+        (1, _ts(1100), False, "snapshot:p1:0"),
+        (1, None, True, "snapshot:r2:0"),
+        (5, _ts(1100), False, "snapshot:p1:0"),
     ]
