@@ -33,23 +33,22 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.core.changelog import order_key
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
-from airflow_provider_mysqlcdc.core.handoff import admit
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.delta_changelog import changelog_uri, read_changelog, read_scd2
+from airflow_provider_mysqlcdc.sinks.delta_changelog import changelog_uri, read_changelog
 from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import request_stop, wait_until_applied
 from airflow_provider_mysqlcdc.verify import verify_pipeline
 from tests.support.binlog_changes import binlog_changes
+from tests.support.changelog_checks import assert_changes_are_the_binlog_s, assert_history_is_the_source
 from tests.support.mariadb import MariaDBServer
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.stream_thread import StreamThread
-from tests.support.verify import compare
 
 pytestmark = pytest.mark.integration
 
@@ -179,40 +178,12 @@ def test_changelog_holds_every_change_exactly_once_through_a_crash(  # type: ign
                 assert BinlogOffset(r["_binlog_file"], r["_binlog_pos"]) == hw_of[r["_tx_id"]], r
 
             # changes: exactly the admitted independent changes, in binlog order, each once
-            key_cols = manifest.tables[t].chunk_key_columns
-            expected = []
-            for ch in independent:
-                if ch.table != t:
-                    continue
-                kept = admit(ch, flt, key_cols)
-                if kept is not None:
-                    expected.append((kept.op, kept.tx_offset.file, kept.tx_offset.pos,
-                                     _image(kept.before, name), _image(kept.after, name)))  # fmt: skip
-            got = [(r["_op"], r["_binlog_file"], r["_binlog_pos"], _image(r["before"], name), _image(r["after"], name))
-                   for r in changes.to_pylist()]  # fmt: skip
-            first = next(((i, g, e) for i, (g, e) in enumerate(zip(got, expected, strict=False)) if g != e), None)
-            assert got == expected, (t, len(got), len(expected), first)
-            ids = [(r["_tx_id"], r["_event_pos"], r["_row_index"]) for r in changes.to_pylist()]
-            assert len(set(ids)) == len(ids), f"{t}: a change is in the changelog twice"
-            assert len(expected) > 50, f"{t}: the writer made too few changes to prove anything ({len(expected)})"
-
-            # the SCD2 view's current rows and the mirror equal the source
-            hist = read_scd2(sink, t, manifest.tables[t].merge_key)
-            current = hist.filter(hist.column("is_current")).select([c.name for c in schema.columns])
-            cmp = compare(conn, schema, current)
-            assert cmp.match, f"{t} SCD2 current rows: {cmp.first_difference}"
-            mirror = sink.read(t)
-            cmp = compare(conn, schema, mirror)
-            assert cmp.match, f"{t} mirror: {cmp.first_difference}"
-
-            # the mirror's metadata columns: the event that last wrote each row, as its changelog says
-            # (the changelog's changes were checked against the binlog above, its snapshot rows against the HWs)
-            key = manifest.tables[t].merge_key
-            meta = ["_op", "_binlog_file", "_binlog_pos"]
-            lake_meta = sorted(tuple(r.values()) for r in mirror.select([*key, *meta, "_commit_ts"]).to_pylist())
-            scd_meta = sorted(tuple(r.values()) for r in hist.filter(hist.column("is_current"))
-                              .select([*key, *meta, "valid_from"]).to_pylist())  # fmt: skip
-            assert lake_meta == scd_meta, next((a, b) for a, b in zip(lake_meta, scd_meta, strict=False) if a != b)
+            assert_changes_are_the_binlog_s(t, changes, independent, flt, manifest.tables[t].chunk_key_columns,
+                                            lambda row, name=name: _image(row, name))  # fmt: skip
+            # the SCD2 view's current rows and the mirror equal the source; the mirror's metadata
+            # columns are the event that last wrote each row, as its changelog says (its changes
+            # were checked against the binlog above, its snapshot rows against the HWs)
+            mirror = assert_history_is_the_source(conn, sink, t, schema, manifest.tables[t].merge_key)
             ops = set(mirror.column("_op").to_pylist())
             assert ops <= {"r", "c", "u"} and {"r", "u"} <= ops, ops
     # verify compares the source columns only: the metadata columns do not make it fail

@@ -29,23 +29,22 @@ import pytest
 from airflow_provider_mysqlcdc.core.changelog import order_key
 from airflow_provider_mysqlcdc.core.chunk import ChunkLocator
 from airflow_provider_mysqlcdc.core.config import PipelineConfig
-from airflow_provider_mysqlcdc.core.handoff import admit
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.pipeline import finalize_run, plan_run
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.sinks.delta_changelog import read_changelog, read_scd2
+from airflow_provider_mysqlcdc.sinks.delta_changelog import read_changelog
 from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import request_stop
 from airflow_provider_mysqlcdc.verify import verify_pipeline
 from tests.support.binlog_changes import binlog_changes
+from tests.support.changelog_checks import assert_changes_are_the_binlog_s, assert_history_is_the_source
 from tests.support.mariadb import MariaDBServer
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.stream_thread import StreamThread
-from tests.support.verify import compare
 
 pytestmark = pytest.mark.integration
 
@@ -148,18 +147,8 @@ def test_repair_resnapshot_and_partial_backfill_keep_the_changelog_exact(  # typ
             changes = log.filter(pc.invert(pc.starts_with(tx, "snapshot:")))
 
             # binlog changes: exactly the independent read through the first snapshot's rule, each once
-            key_cols = first.tables[t].chunk_key_columns
-            expected = []
-            for ch in independent:
-                kept = admit(ch, flt, key_cols) if ch.table == t else None
-                if kept is not None:
-                    expected.append((kept.op, kept.tx_offset.file, kept.tx_offset.pos,
-                                     _image(kept.before, name), _image(kept.after, name)))  # fmt: skip
-            got = [(r["_op"], r["_binlog_file"], r["_binlog_pos"], _image(r["before"], name), _image(r["after"], name))
-                   for r in changes.to_pylist()]  # fmt: skip
-            first_diff = next(((i, g, e) for i, (g, e) in enumerate(zip(got, expected, strict=False)) if g != e), None)
-            assert got == expected, (t, len(got), len(expected), first_diff)
-            assert len(expected) > 50, f"{t}: the writer made too few changes to prove anything ({len(expected)})"
+            assert_changes_are_the_binlog_s(t, changes, independent, flt, first.tables[t].chunk_key_columns,
+                                            lambda row, name=name: _image(row, name))  # fmt: skip
 
             # the re-reads: op r at their group's HW; op d for exactly the rows gone without a binlog event
             hw_of = {f"snapshot:p1:{g}": hw for g, hw in first_highs.items()}
@@ -176,20 +165,8 @@ def test_repair_resnapshot_and_partial_backfill_keep_the_changelog_exact(  # typ
                 plan = "r3" if t == t_ci else "r2"
                 assert {r["_tx_id"] for r in removed} == {f"snapshot:{plan}:removed"}, removed[:2]
 
-            # the SCD2 view's current rows and the mirror equal the source
+            # the SCD2 view's current rows and the mirror equal the source, with the metadata of its history
             schema = read_table_schema(conn, TableId.parse(t))
-            hist = read_scd2(sink, t, first.tables[t].merge_key)
-            current = hist.filter(hist.column("is_current")).select([c.name for c in schema.columns])
-            cmp = compare(conn, schema, current)
-            assert cmp.match, f"{t} SCD2 current rows: {cmp.first_difference}"
-            mirror = sink.read(t)
-            cmp = compare(conn, schema, mirror)
-            assert cmp.match, f"{t} mirror: {cmp.first_difference}"
-            key = first.tables[t].merge_key
-            meta = ["_op", "_binlog_file", "_binlog_pos"]
-            lake_meta = sorted(tuple(r.values()) for r in mirror.select([*key, *meta, "_commit_ts"]).to_pylist())
-            scd_meta = sorted(tuple(r.values()) for r in hist.filter(hist.column("is_current"))
-                              .select([*key, *meta, "valid_from"]).to_pylist())  # fmt: skip
-            assert lake_meta == scd_meta, next((a, b) for a, b in zip(lake_meta, scd_meta, strict=False) if a != b)
+            assert_history_is_the_source(conn, sink, t, schema, first.tables[t].merge_key)
     report = verify_pipeline(cdc_settings, store, sink, wait_timeout=120)
     assert report.ok, report.to_dict()
