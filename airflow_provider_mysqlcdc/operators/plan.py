@@ -212,7 +212,7 @@ class MySqlCdcPlanOperator(BaseOperator):
 
         from airflow_provider_mysqlcdc.core.table import SourceSchemaError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
-        from airflow_provider_mysqlcdc.hooks.object_storage import ObjectStorageError, lake_storage
+        from airflow_provider_mysqlcdc.hooks.object_storage import ObjectStorageError, given_conn_id, lake_storage
         from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, new_plan_id, plan_run
@@ -252,6 +252,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         ti.xcom_push(key="plan_id", value=plan_id)
         ti.xcom_push(key="plan_summary", value=outcome.to_dict())
         where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root}
-        if self.storage_conn_id:  # the id, never the keys: descriptors are XComs
-            where["storage_conn_id"] = self.storage_conn_id
+        if given_conn_id(self.storage_conn_id):  # the id, never the keys: descriptors are XComs
+            where["storage_conn_id"] = given_conn_id(self.storage_conn_id)
         return [{**where, **g} for g in outcome.groups]
