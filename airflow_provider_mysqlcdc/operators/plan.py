@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, PipelineConfig, PipelineConfigError
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
+from airflow_provider_mysqlcdc.operators._conf import refuse_unknown_conf_keys
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -83,6 +84,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         ``state_root`` (e.g. ``aws_default``: ``hooks/object_storage.py``); passed on to the
         snapshot tasks in their descriptors. Unset for a local lake or the machine's credentials
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
+    :param refuse_unknown_conf: fail the task when the DAG run's conf has a key that is not a param of
+        the DAG (a typo such as ``tabels`` would otherwise run the param's default), naming the closest
+        param; set False in a DAG whose other tasks read conf keys of their own
     """
 
     template_fields: Sequence[str] = (
@@ -146,6 +150,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         mysql_cdc_conn_id: str = "mysql_cdc_default",
         storage_conn_id: str | None = None,
         stop_timeout: float = 300.0,
+        refuse_unknown_conf: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -177,6 +182,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
         self.storage_conn_id = storage_conn_id or None
         self.stop_timeout = stop_timeout
+        self.refuse_unknown_conf = refuse_unknown_conf
 
     def config(self) -> PipelineConfig:
         return PipelineConfig.from_params(
@@ -219,6 +225,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
 
+        if self.refuse_unknown_conf:
+            refuse_unknown_conf_keys(self, context)
         try:
             config = self.config()
         except PipelineConfigError as exc:

@@ -328,6 +328,25 @@ def test_bad_params_are_refused_before_any_spark_job(pipeline: dict) -> None:
         assert not StateStore(pipeline["conf"]["state_root"], "bad").exists("plans")
 
 
+def test_a_typo_in_the_conf_is_refused_naming_the_param(pipeline: dict, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 item 3: {"tabels": [...]} ran the default tables. Now the plan task fails at once (no
+    Spark job, nothing in the state store) naming the closest param and every param; the stop DAG too."""
+    base = {**pipeline["conf"], "pipeline_id": "typo"}
+    capfd.readouterr()
+    run = run_dag(pipeline["dag"], {**base, "tabels": ["cdc.t_ci"]})
+    out = "".join(capfd.readouterr())
+    assert run.state == "failed" and run.task_states[("plan", -1)] == "failed", run.task_states
+    assert run.task_states[("snapshot", -1)] == "upstream_failed"
+    assert not StateStore(pipeline["conf"]["state_root"], "typo").exists("plans")
+    assert "the run's conf has 'tabels' (did you mean 'tables'?), which is not a param of DAG mysql_cdc" in out
+    assert "Trigger it again with the keys spelled as its params: allow_large_plan, backfill_tables," in out
+
+    stop = run_dag(load_dag("mysql_cdc_stop"), {"pipeline_id": "typo", "state_rot": "/tmp/elsewhere"})
+    out = "".join(capfd.readouterr())
+    assert stop.state == "failed" and stop.task_states[("stop_stream", -1)] == "failed", stop.task_states
+    assert "'state_rot' (did you mean 'state_root'?)" in out and "pipeline_id, state_root, storage_conn_id" in out
+
+
 def test_plan_operator_explains_bad_values(pipeline: dict) -> None:
     """Operators used outside the example DAG (no JSON schema) check the same things themselves."""
     from airflow.sdk.exceptions import AirflowFailException
