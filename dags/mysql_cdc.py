@@ -21,8 +21,10 @@ Trigger it from the UI form or the CLI; every run reconciles the pipeline with i
 * ``verify=true``: ends the run by comparing every captured table with its source, chunk by chunk;
   ``repair_chunks={"db.t": [3]}`` (what it reports) re-snapshots only those chunks, stream running.
 
-``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
-``mysql_cdc``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
+``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: the source, ``mysql_cdc_default``
+(type ``mysql_cdc``; the ``source_conn_id`` param names another, so one DAG serves several sources,
+each pipeline with its own ``pipeline_id``; two pipelines on one server need disjoint
+``server_id_range``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
 Defaults for the roots and tables come from ``MYSQLCDC_SINK_ROOT``, ``MYSQLCDC_STATE_ROOT`` and
 ``MYSQLCDC_TABLES`` (comma-separated) when set. A lake on S3 (or GCS, ADLS) takes its credentials
 from the connection named by the ``storage_conn_id`` param (default ``MYSQLCDC_STORAGE_CONN_ID``),
@@ -79,6 +81,12 @@ with DAG(
         "pipeline_id": Param(
             "shop", type="string", pattern=PIPELINE_PATTERN, title="Pipeline id",
             description="Names the pipeline's state and stream. One pipeline = one stream.",
+        ),
+        "source_conn_id": Param(
+            "mysql_cdc_default", type="string", minLength=1, title="Source connection",
+            description="The Airflow connection (type MySQL CDC) of the server to capture from: one DAG serves several "
+            "sources, one pipeline_id each. Two pipelines on one server need disjoint server_id_range (a connection "
+            "each).",
         ),
         "tables": Param(
             DEFAULT_TABLES, type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, minItems=1,
@@ -241,6 +249,7 @@ with DAG(
     plan = MySqlCdcPlanOperator(
         task_id="plan",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         sink_root="{{ params.sink_root }}",
         state_root="{{ params.state_root }}",
         tables="{{ params.tables }}",
@@ -267,8 +276,8 @@ with DAG(
         stream_readers=STREAM_READERS,
         max_parallel_groups=MAX_PARALLEL_GROUPS,
     )
-    # The plan's group descriptors carry the pipeline id and roots; the plan in the state store
-    # carries the rest of the pipeline's config (skip_backfill, startup_mode...).
+    # The plan's group descriptors carry the pipeline id, roots and connections; the plan in the state
+    # store carries the rest of the pipeline's config (skip_backfill, startup_mode...).
     snapshot = MySqlCdcSnapshotOperator.partial(
         task_id="snapshot",
         conf="{{ params.spark_conf }}",
@@ -280,6 +289,7 @@ with DAG(
     stream = MySqlCdcStreamOperator(
         task_id="stream",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         state_root="{{ params.state_root }}",
         plan_id=plan.output["plan_id"],  # the plan has the sink root and startup mode
         snapshot_summaries=snapshot.output,
@@ -292,6 +302,7 @@ with DAG(
     wait_caught_up = MySqlCdcStreamSensor(
         task_id="wait_caught_up",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         state_root="{{ params.state_root }}",
         stream_handle=stream.output,
         condition="caught_up",
@@ -307,6 +318,7 @@ with DAG(
     verify = MySqlCdcVerifyOperator(
         task_id="verify",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         state_root="{{ params.state_root }}",
         sink_root="{{ params.sink_root }}",
         enabled="{{ params.verify }}",

@@ -79,7 +79,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         ``max_active_tis_per_dagrun`` to it). The plan refuses a ``server_id_range`` smaller than
         ``stream_readers + max_parallel_groups``, naming the size needed (docs/architecture.md,
         "Replication server_ids")
-    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``; templated: the example DAG's
+        ``source_conn_id`` param); passed on to the snapshot tasks in their descriptors
     :param storage_conn_id: the connection with the object-store credentials of ``sink_root`` and
         ``state_root`` (e.g. ``aws_default``: ``hooks/object_storage.py``); passed on to the
         snapshot tasks in their descriptors. Unset for a local lake or the machine's credentials
@@ -114,6 +115,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "takeover_tables",
         "allow_large_plan",
         "storage_conn_id",
+        "mysql_cdc_conn_id",
         "stream_readers",
         "max_parallel_groups",
     )
@@ -232,9 +234,10 @@ class MySqlCdcPlanOperator(BaseOperator):
         except PipelineConfigError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
-            "pipeline %s: tables %s%s, startup_mode %s, re-snapshot %s, chunk_size %d, chunks_per_task %d",
-            config.pipeline_id, config.tables, f" excluding {config.exclude_tables}" if config.exclude_tables else "",
-            config.startup_mode, config.resnapshot_tables or "none", config.chunk_size, config.chunks_per_task,
+            "pipeline %s: source connection %s, tables %s%s, startup_mode %s, re-snapshot %s, chunk_size %d, "
+            "chunks_per_task %d", config.pipeline_id, self.mysql_cdc_conn_id, config.tables,
+            f" excluding {config.exclude_tables}" if config.exclude_tables else "", config.startup_mode,
+            config.resnapshot_tables or "none", config.chunk_size, config.chunks_per_task,
         )
         try:
             storage = lake_storage(self.storage_conn_id)
@@ -259,7 +262,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         ti = context["ti"]
         ti.xcom_push(key="plan_id", value=plan_id)
         ti.xcom_push(key="plan_summary", value=outcome.to_dict())
-        where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root}
+        where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root,
+                 "mysql_cdc_conn_id": self.mysql_cdc_conn_id}  # fmt: skip
         if given_conn_id(self.storage_conn_id):  # the id, never the keys: descriptors are XComs
             where["storage_conn_id"] = given_conn_id(self.storage_conn_id)
         return [{**where, **g} for g in outcome.groups]

@@ -466,3 +466,34 @@ def test_form_pattern_captures_a_database_while_tables_come_and_go(pipeline: dic
     finally:
         writer.stop_event.set()
         request_stop(store, timeout=60)
+
+
+def test_source_conn_id_captures_from_that_connection(pipeline: dict, mariadb: Any, db: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 33 item 5: one DAG, a second source. The table exists only on the second server (the
+    session's shared MariaDB), so a task that used the default connection (this module's server) would
+    fail: the plan and the snapshot (no such table), verify (likewise), the stream (changes made on the
+    second server after the run reach the lake only if it reads that server's binlog)."""
+    from airflow_provider_mysqlcdc.stream.control import request_stop
+
+    mariadb.execute("CREATE TABLE orders (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO orders SELECT seq, CONCAT('o', seq) FROM seq_1_to_3000", database=db)  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_MYSQL_CDC_SECOND", mariadb.airflow_conn_json())
+    table = f"{db}.orders"
+    conf = {**pipeline["conf"], "pipeline_id": "second", "source_conn_id": "mysql_cdc_second", "tables": [table],
+            "verify": True, "sink_root": str(tmp_path / "lake"), "state_root": str(tmp_path / "state")}  # fmt: skip
+    store = StateStore(conf["state_root"], "second")
+    settings = mariadb.cdc_settings()
+    try:
+        run = run_dag(pipeline["dag"], conf)
+        assert run.state == "success", run.task_states
+        assert {g["mysql_cdc_conn_id"] for g in run.xcom("plan")} == {"mysql_cdc_second"}  # the snapshot tasks'
+        assert run.xcom("verify")["ok"] is True
+        mariadb.execute("INSERT INTO orders VALUES (5001, 'new')", "UPDATE orders SET v = 'upd' WHERE id <= 10",
+                        "DELETE FROM orders WHERE id = 3000", database=db)  # fmt: skip
+        with settings.connect() as conn:
+            wait_until_applied(store, current_offset(conn), timeout=180)
+            cmp = compare(conn, read_table_schema(conn, TableId.parse(table)), DeltaSink(conf["sink_root"]).read(table))
+        assert cmp.match and cmp.source_rows == 3000, cmp
+    finally:
+        request_stop(store, timeout=60)
