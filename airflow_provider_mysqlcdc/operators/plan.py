@@ -30,7 +30,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     tables are read while the stream runs on; the stream operator hands them over
     (``pipeline.finalize_run``: the stream pauses for a few seconds, it is not restarted).
 
-    Bad parameters and a source that is not ready (binlog off, STATEMENT format, missing
+    Bad parameters, a sink or state root that cannot be written (a probe object is written and
+    removed under each), and a source that is not ready (binlog off, STATEMENT format, missing
     privilege, unknown table, no primary key...) fail the task at once, with no retry, before any
     Spark job starts; the message names the fix.
 
@@ -226,6 +227,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, new_plan_id, plan_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
+        from airflow_provider_mysqlcdc.storage import root_problem
 
         if self.refuse_unknown_conf:
             refuse_unknown_conf_keys(self, context)
@@ -243,6 +245,12 @@ class MySqlCdcPlanOperator(BaseOperator):
             storage = lake_storage(self.storage_conn_id)
         except ObjectStorageError as exc:
             raise AirflowFailException(str(exc)) from None
+        # The source is checked below; the lake is checked here, before it, or a root that cannot be
+        # written would pass the plan and fail only inside a Spark job.
+        problems = [p for p in (root_problem(storage, "sink_root", config.sink_root),
+                                root_problem(storage, "state_root", config.state_root)) if p]  # fmt: skip
+        if problems:
+            raise AirflowFailException("\n".join(problems))
         store = StateStore(config.state_root, config.pipeline_id, storage)
         sink = DeltaSink(config.sink_root, storage, owner=config.pipeline_id, routes=config.routing)
         run_id = context.get("run_id") if context else None

@@ -347,6 +347,24 @@ def test_a_typo_in_the_conf_is_refused_naming_the_param(pipeline: dict, capfd: p
     assert "'state_rot' (did you mean 'state_root'?)" in out and "pipeline_id, state_root, storage_conn_id" in out
 
 
+def test_an_unwritable_sink_root_fails_the_plan_at_once(pipeline: dict, tmp_path: Path,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Issue 33 item 6: sink_root=/proc/... passed the plan and would fail only inside a Spark job. Now
+    the plan task fails with no retry, before the source is asked, naming the root, the error and the fix."""
+    (tmp_path / "a-file").write_text("not a directory")
+    bad = str(tmp_path / "a-file" / "lake")
+    conf = {**pipeline["conf"], "pipeline_id": "unwritable", "tables": ["cdc.t_int"], "sink_root": bad,
+            "state_root": str(tmp_path / "state")}  # fmt: skip
+    capfd.readouterr()
+    run = run_dag(pipeline["dag"], conf)
+    out = "".join(capfd.readouterr())
+    assert run.state == "failed" and run.task_states[("plan", -1)] == "failed", run.task_states
+    assert run.task_states[("snapshot", -1)] == "upstream_failed"
+    assert f"sink_root {bad!r} is not writable (NotADirectoryError" in out
+    assert "Fix: give sink_root a directory this user can create and write" in out
+    assert not StateStore(conf["state_root"], "unwritable").exists("plans")
+
+
 def test_plan_operator_explains_bad_values(pipeline: dict) -> None:
     """Operators used outside the example DAG (no JSON schema) check the same things themselves."""
     from airflow.sdk.exceptions import AirflowFailException
