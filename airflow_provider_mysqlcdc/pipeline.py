@@ -206,7 +206,8 @@ def plan_run(
         check_proportions(plan, config)
         check_reserved_columns(config, plan.tables)
         record = PlanRecord.from_dict(plan.to_dict())
-        groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
+        groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label(),
+                   "group_chunks": g.chunk_ranges()} for g in plan.groups]  # fmt: skip
         chunks = len(plan.splits)
     else:
         groups, chunks = [], 0

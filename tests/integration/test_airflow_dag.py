@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -126,6 +127,12 @@ def test_first_run_snapshots_in_mapped_tasks_and_streams(pipeline: dict) -> None
         assert s["min_hw"] and s["max_hw"] and s["rows"] > 0
         assert BinlogOffset.from_dict(s["min_hw"]) <= BinlogOffset.from_dict(s["max_hw"])
     assert [s["group_label"] for s in summaries] == [g["group_label"] for g in groups]
+    for g in groups:  # issue 33 item 8a: a short label; the tables and chunk ranges in the rendered fields
+        n, tables = len(record["groups"][g["group_id"]]["splits"]), len(summaries[g["group_id"]]["tables"])
+        assert re.fullmatch(rf"group {g['group_id']}: {tables} tables?, {n} chunks?", g["group_label"]), g
+        assert run.labels[("snapshot", g["group_id"])] == g["group_label"]
+        chunks = run.rendered[("snapshot", g["group_id"])]["group_chunks"]
+        assert chunks == g["group_chunks"] and all(t in chunks for t in summaries[g["group_id"]]["tables"])
     handle = run.xcom("stream")
     assert handle["launched"] and handle["running"] and not handle["from_checkpoint"]
     assert run.task_states[("wait_caught_up", -1)] == "success"
