@@ -264,9 +264,11 @@ class MySqlCdcPlanOperator(BaseOperator):
                                    binlog_settings=hook.settings)  # fmt: skip
         except (SourceCheckError, SourceSchemaError, BinlogUnavailableError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
-        for note in outcome.notes:
-            self.log.warning(note)
-        self.log.info("plan %s: %s", plan_id, outcome.to_dict())
+        # plan_run has logged each note (skipped tables, deprecations...) and the selection once: the
+        # summary here leaves them out (they are in the plan_summary XCom)
+        brief = {k: v for k, v in outcome.to_dict().items() if k not in ("notes", "selected_tables")}
+        self.log.info("plan %s: %s", plan_id, brief)
+        self.log.info("%s", outcome.describe(config.pipeline_id))
         ti = context["ti"]
         ti.xcom_push(key="plan_id", value=plan_id)
         ti.xcom_push(key="plan_summary", value=outcome.to_dict())

@@ -415,9 +415,10 @@ def test_form_chunk_key_for_a_table_without_primary_key(pipeline: dict, tmp_path
     assert any("deprecated" in n for n in run.xcom("plan", key="plan_summary")["notes"])
 
 
-def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path) -> None:
+def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The trigger form's routes param: four shards snapshotted by mapped tasks into one Delta table
-    whose source columns tell the shards apart (the same ids in every shard)."""
+    whose source columns tell the shards apart (the same ids in every shard). A view the pattern
+    matches is skipped, and that note, like the route's, is logged once (issue 33 item 8g: twice)."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
@@ -429,14 +430,23 @@ def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path) -> No
         server.execute(f"CREATE TABLE {t} (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR(30))",
                        f"INSERT INTO {t} SELECT seq, CONCAT('{d}.{t}-', seq) FROM seq_1_to_1500",
                        database=d)  # fmt: skip
+    server.execute("CREATE VIEW orders_view AS SELECT id FROM orders_0", database="cdc_r0")
     conf = {**pipeline["conf"], "pipeline_id": "routed", "tables": ["cdc_r?.orders_*"], "chunk_size": 500,
             "routes": [{"source": r"cdc_r[0-9]\.orders_[0-9]", "target": "cdc.all_orders"}],
             "startup_mode": "snapshot-only", "sink_root": str(tmp_path / "lake"),
             "state_root": str(tmp_path / "state")}  # fmt: skip
+    capfd.readouterr()
     run = run_dag(pipeline["dag"], conf)
+    out = "".join(capfd.readouterr())
     assert run.state == "success", run.task_states
     assert len(run.xcom("plan")) >= 2  # mapped snapshot tasks, each committing shards into the one table
-    assert any("route cdc.all_orders: 4 table(s)" in n for n in run.xcom("plan", key="plan_summary")["notes"])
+    notes = run.xcom("plan", key="plan_summary")["notes"]
+    assert any("route cdc.all_orders: 4 table(s)" in n for n in notes)
+    skipped = [n for n in notes if n.startswith("skipped cdc_r0.orders_view: a view")]
+    assert len(skipped) == 1, notes
+    for note in [skipped[0], next(n for n in notes if "route cdc.all_orders" in n)]:
+        assert out.count(note) == 1, (note, out.count(note))
+    assert "pipeline routed: snapshot cdc_r0.orders_0, cdc_r0.orders_1, cdc_r1.orders_0, cdc_r1.orders_1" in out
     dt = DeltaTable(f"{conf['sink_root']}/cdc/all_orders")
     rows = QueryBuilder().register("t", dt).execute("SELECT _source_database, _source_table, id, v FROM t").read_all()
     got = sorted(tuple(r.values()) for r in pa.table(rows).to_pylist())
