@@ -272,6 +272,16 @@ def test_status_and_stop_cli(pipeline: dict) -> None:
     assert set(status["tables"]) == set(pipeline["tables"])
     assert set(status["tables"].values()) == {"streaming"}
 
+    # the DAG's environment variable is the CLI's default too; an unknown pipeline exits 1, saying what is there
+    with_env = {**env, "MYSQLCDC_STATE_ROOT": pipeline["conf"]["state_root"]}
+    out = subprocess.run([*cmd, "status", "--pipeline", PIPELINE], env=with_env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0 and json.loads(out.stdout)["stream_running"] is True, out.stderr
+    out = subprocess.run([*cmd, "status", "--pipeline", "shpo"], env=with_env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert "error: no pipeline 'shpo' under state root" in out.stderr and "(did you mean 'shop'?)" in out.stderr
+
     out = subprocess.run([*cmd, "stop", *args], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     stopped = json.loads(out.stdout)

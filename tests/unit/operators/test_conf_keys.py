@@ -41,3 +41,17 @@ def test_the_stop_operator_refuses_a_typo(tmp_path: Path) -> None:
         op = MySqlCdcStopStreamOperator(task_id="stop", pipeline_id="shop", state_root=str(tmp_path / "state"))
     with pytest.raises(AirflowFailException, match="'pipeline' \\(did you mean 'pipeline_id'\\?\\)"):
         op.execute({"dag_run": SimpleNamespace(conf={"pipeline": "orders"})})
+
+
+def test_the_stop_operator_refuses_an_unknown_pipeline(tmp_path: Path) -> None:
+    """A typo'd pipeline id read as "was not running": the stop DAG succeeded and nothing stopped."""
+    from airflow_provider_mysqlcdc.core.stream_state import RunRecord
+    from airflow_provider_mysqlcdc.state import StateStore
+
+    StateStore(str(tmp_path), "shop").write_run(RunRecord(run_id="r1", state="stopped"))
+    op = MySqlCdcStopStreamOperator(task_id="stop", pipeline_id="shpo", state_root=str(tmp_path))
+    with pytest.raises(AirflowFailException) as exc:
+        op.execute({})
+    assert str(exc.value).startswith(f"no pipeline 'shpo' under state root {tmp_path} (did you mean 'shop'?)")
+    out = MySqlCdcStopStreamOperator(task_id="stop", pipeline_id="shop", state_root=str(tmp_path)).execute({})
+    assert out["stopped"] is False  # a known pipeline whose stream is not running: not an error
