@@ -150,8 +150,9 @@ with DAG(
         ),
         "chunk_key_columns": Param(
             None, type=["null", "object"], title="Chunk key columns",
-            description='Per table, the NOT NULL columns to split it on instead of its primary key; needed for a '
-            'table without one. E.g. {"shop.events": ["event_id"]}.',
+            description='Per table, the columns to split it on instead of its primary key; needed for a table without '
+            'one, where they must be NOT NULL and covered by a UNIQUE index (rows are merged by them in the lake). '
+            'E.g. {"shop.events": ["event_id"]}.',
             propertyNames={"pattern": TABLE_PATTERN},
             additionalProperties={"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
         ),
