@@ -3,7 +3,10 @@
 The connection is resolved the way ``airflow connections get`` resolves it (a secrets backend,
 ``AIRFLOW_CONN_<ID>`` in JSON or URI form, then the metadata DB of the configured AIRFLOW_HOME, where
 connections created in the UI live), so the same ``mysql_cdc_default`` a DAG uses works here, with
-no api-server running and, for the first two, no Airflow database.
+no api-server running and, for the first two, no Airflow database. The options the example DAG
+takes from the environment default to the same variables here (``MYSQLCDC_STATE_ROOT``,
+``MYSQLCDC_SINK_ROOT``, ``MYSQLCDC_STORAGE_CONN_ID``, ``MYSQLCDC_TABLES``), so on an Airflow
+worker the CLI sees the pipelines the DAG runs.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -22,8 +26,6 @@ EXIT_UNAVAILABLE = 3  # verify could not compare (the stream did not catch up, n
 
 def _backend_label(backend: Any, conn_id: str) -> str:
     """Where a secrets backend looks, in the words a user configures it with."""
-    import os
-
     name = type(backend).__name__
     if name == "EnvironmentVariablesBackend":
         return f"environment variable AIRFLOW_CONN_{conn_id.upper()}"
@@ -167,7 +169,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     selection = _selection(args)
     if not selection.include:
-        raise SystemExit("error: --tables is required, e.g. --tables shop.orders,shop.customers or 'shop.*'")
+        raise SystemExit("error: --tables (or MYSQLCDC_TABLES) is required, e.g. --tables shop.orders,shop.customers "
+                         "or 'shop.*'")
     if args.chunk_size < 1:
         raise SystemExit(f"error: --chunk-size must be >= 1, got {args.chunk_size}")
     settings = _settings(args.conn_id)
@@ -206,10 +209,20 @@ def _state_store(args: argparse.Namespace) -> Any:
     return StateStore(args.state_root, args.pipeline, lake_storage(args.storage_conn_id))
 
 
+def _require_pipeline(store: Any) -> None:
+    """Exit 1 naming what the state root holds when it has nothing of ``store``'s pipeline."""
+    from airflow_provider_mysqlcdc.state import unknown_pipeline_problem
+
+    problem = unknown_pipeline_problem(store)
+    if problem:
+        raise SystemExit(f"error: {problem} (--pipeline, and --state-root or MYSQLCDC_STATE_ROOT)")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.stream.control import pipeline_status
 
     store = _state_store(args)
+    _require_pipeline(store)
     server_offset, problem = None, None
     try:
         with _settings(args.conn_id).connect() as conn:
@@ -228,7 +241,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.stream.control import request_stop
 
-    out = request_stop(_state_store(args), timeout=args.timeout)
+    store = _state_store(args)
+    _require_pipeline(store)
+    out = request_stop(store, timeout=args.timeout)
     print(json.dumps(out, indent=2, default=str))
     print(
         f"stream of {args.pipeline}: " + ("stopped" if out["stopped"] else "was not running")
@@ -271,6 +286,11 @@ def cmd_job_secrets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _env(name: str) -> str | None:
+    """An option's default from the environment variable the example DAG reads (set but empty = unset)."""
+    return os.environ.get(name) or None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
     from airflow_provider_mysqlcdc.mysql.planner import DEFAULT_CHUNKS_PER_GROUP
@@ -281,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--conn-id", default="mysql_cdc_default", help="Airflow connection id (mysql_cdc type)")
-        sp.add_argument("--tables", help="comma-separated <database>.<table> names or patterns ('shop.*', "
-                        "'shop\\.order_[0-9]+'; docs/architecture.md, \"Table selection\")")
+        sp.add_argument("--tables", default=_env("MYSQLCDC_TABLES"),
+                        help="comma-separated <database>.<table> names or patterns ('shop.*', 'shop\\.order_[0-9]+'; "
+                        "docs/architecture.md, \"Table selection\"); default $MYSQLCDC_TABLES, as the DAG")
         sp.add_argument("--exclude-tables", help="comma-separated names or patterns to leave out")
         sp.add_argument(
             "--chunk-key", action="append", metavar="DB.TABLE=COL[,COL]",
@@ -307,9 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     def pipeline_args(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--pipeline", required=True, help="pipeline id (the DAG's pipeline_id param)")
-        sp.add_argument("--state-root", required=True, help="the pipeline's state store (directory or URL)")
-        sp.add_argument("--storage-conn-id", default=None,
-                        help="Airflow connection with the object-store credentials of --state-root (e.g. aws_default)")
+        state_root = _env("MYSQLCDC_STATE_ROOT")
+        sp.add_argument("--state-root", default=state_root, required=state_root is None,
+                        help="the pipeline's state store (directory or URL); default $MYSQLCDC_STATE_ROOT, as the DAG")
+        sp.add_argument("--storage-conn-id", default=_env("MYSQLCDC_STORAGE_CONN_ID"),
+                        help="Airflow connection with the object-store credentials of --state-root (e.g. aws_default); "
+                        "default $MYSQLCDC_STORAGE_CONN_ID, as the DAG")
 
     st = sub.add_parser("status", help="the stream's state, offsets and lag, and each table's phase, as JSON")
     pipeline_args(st)
@@ -323,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
         "for a Kubernetes secret in cluster deploy mode",
     )
     js.add_argument("--conn-id", default="mysql_cdc_default", help="source connection (mysql_cdc type)")
-    js.add_argument("--storage-conn-id", default=None, help="connection with the lake's object-store credentials")
+    js.add_argument("--storage-conn-id", default=_env("MYSQLCDC_STORAGE_CONN_ID"),
+                    help="connection with the lake's object-store credentials; default $MYSQLCDC_STORAGE_CONN_ID")
     js.set_defaults(func=cmd_job_secrets)
 
     vf = sub.add_parser(
@@ -332,9 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
         "server and on the Delta table at one consistent point, while the stream runs); exit 1 on a difference",
     )
     pipeline_args(vf)
-    vf.add_argument("--sink-root", required=True, help="where the Delta tables are (the DAG's sink_root)")
+    sink_root = _env("MYSQLCDC_SINK_ROOT")
+    vf.add_argument("--sink-root", default=sink_root, required=sink_root is None,
+                    help="where the Delta tables are (the DAG's sink_root); default $MYSQLCDC_SINK_ROOT, as the DAG")
     vf.add_argument("--conn-id", default="mysql_cdc_default", help="source connection (mysql_cdc type)")
-    vf.add_argument("--tables", help="comma-separated captured tables to check (default: all)")
+    vf.add_argument("--tables", help="comma-separated captured tables to check (default: all, as the DAG's verify)")
     vf.add_argument("--wait-timeout", type=float, default=600.0,
                     help="seconds to wait for the stream to reach the source's position")
     vf.add_argument("--json", action="store_true", help="print the report as JSON (the table goes to stderr)")

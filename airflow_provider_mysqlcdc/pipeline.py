@@ -103,6 +103,19 @@ class PlanOutcome:
     choice: TableChoice | None = None  # what the table selection matched, skipped and excluded
     repair_chunks: dict[str, list[int]] = field(default_factory=dict)  # table -> chunks re-snapshotted
 
+    def describe(self, pipeline_id: str) -> str:
+        """What the run does, in one line: 'pipeline shop: snapshot shop.x; re-snapshot shop.y'."""
+        parts = []
+        for what, tables in (("snapshot", [t for t in self.snapshot_tables if t not in self.resnapshot_tables]),
+                             ("re-snapshot", self.resnapshot_tables), ("start at an offset", self.offset_tables)):
+            if tables:
+                parts.append(f"{what} {', '.join(tables)}")
+        if self.repair_chunks:
+            parts.append("repair " + ", ".join(f"{t} chunks {ids}" for t, ids in self.repair_chunks.items()))
+        if not parts:
+            parts.append(f"nothing new ({len(self.unchanged_tables)} table(s) captured)")
+        return f"pipeline {pipeline_id}: " + "; ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "selected_tables": self.choice.to_dict() if self.choice else None,
@@ -208,7 +221,8 @@ def plan_run(
         check_proportions(plan, config)
         check_reserved_columns(config, plan.tables)
         record = PlanRecord.from_dict(plan.to_dict())
-        groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label()} for g in plan.groups]
+        groups = [{"plan_id": plan_id, "group_id": g.group_id, "group_label": g.label(),
+                   "group_chunks": g.chunk_ranges()} for g in plan.groups]  # fmt: skip
         chunks = len(plan.splits)
     else:
         groups, chunks = [], 0

@@ -22,6 +22,7 @@ Writes are atomic (write to a temporary name, then rename) so a reader never see
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import time
@@ -222,3 +223,31 @@ class StateStore:
                 rec = self.read_json(f"plans/{plan_id}/results/{name}")
                 out += GroupReport.from_dict(rec).chunks
         return out
+
+    # ---------------------------------------------------------------- the pipeline itself
+    def holds_pipeline(self) -> bool:
+        """Whether anything of this pipeline is here: a plan, a manifest or a stream run."""
+        return self.read_plan_pointer() is not None or self.read_manifest() is not None or self.read_run() is not None
+
+    def pipelines_in_root(self) -> list[str]:
+        """The pipeline ids with a directory under this store's state root."""
+        try:
+            entries = self.fs.ls(self.root.rsplit("/", 1)[0], detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory")
+
+
+def unknown_pipeline_problem(store: StateStore) -> str | None:
+    """None when the store holds its pipeline; else what the state root holds and the fix. A typo'd
+    pipeline id or root must not read as a pipeline whose every field is null, or as a stopped one."""
+    if store.holds_pipeline():
+        return None
+    others = store.pipelines_in_root()
+    close = difflib.get_close_matches(store.pipeline_id, others, n=1)
+    return (
+        f"no pipeline {store.pipeline_id!r} under state root {store.state_root}"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; pipelines there: {', '.join(others) if others else 'none'}. Give the pipeline_id and state_root the "
+        "mysql_cdc DAG ran it with"
+    )

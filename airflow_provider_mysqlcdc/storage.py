@@ -18,11 +18,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 STORAGE_ENV = "MYSQLCDC_STORAGE"
+PROBE_PREFIX = ".mysqlcdc-write-probe-"
+# An unreachable S3 endpoint must fail the plan in seconds, not after botocore's default 60 s
+# connect timeout times its retries.
+_PROBE_S3_CONFIG = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2}}
 
 # delta-rs (object_store) key -> s3fs argument
 _S3FS_KEYS = {
@@ -200,7 +205,45 @@ class LakeStorage:
     def read_parquet(self, url: str, columns: list[str] | None = None) -> Any:
         return self.parquet_file(url).read(columns=columns)
 
+    def probe_write(self, url: str) -> None:
+        """Write a small object under the root ``url`` and remove it again: the root is reachable and
+        writable with these credentials now. Raises what the file system raised; creates a local root
+        (the first run would)."""
+        name = f"{str(url).rstrip('/')}/{PROBE_PREFIX}{uuid.uuid4().hex[:12]}"
+        if is_local(url):
+            os.makedirs(local_path(url), exist_ok=True)
+            with open(local_path(name), "wb") as f:
+                f.write(b"mysqlcdc")
+            os.remove(local_path(name))
+            return
+        from fsspec.core import url_to_fs
+
+        options = self.fsspec_options(url)
+        if protocol(url) in ("s3", "s3a"):
+            options["config_kwargs"] = {**_PROBE_S3_CONFIG, **options.get("config_kwargs", {})}
+        fs, path = url_to_fs(name, **options)
+        with fs.open(path, "wb") as f:
+            f.write(b"mysqlcdc")
+        fs.rm(path)
+
+
+def root_problem(storage: LakeStorage, name: str, url: str) -> str | None:
+    """Why the root ``name`` (``sink_root``, ``state_root``) at ``url`` cannot be written, with the fix;
+    None when a probe object was written and removed (:meth:`LakeStorage.probe_write`)."""
+    try:
+        storage.probe_write(url)
+    except Exception as exc:  # any file-system or client error: the message names it
+        error = f"{type(exc).__name__}: {str(exc).strip() or repr(exc)}"
+        if is_local(url):
+            fix = (f"give {name} a directory this user can create and write on every worker and the Spark driver "
+                   "(a shared mount when they are different machines)")  # fmt: skip
+        else:
+            fix = (f"check that the bucket exists and is reachable, and that the connection named by storage_conn_id "
+                   f"(or, without one, the machine's credentials) may write under {url}")  # fmt: skip
+        return f"{name} {url!r} is not writable ({error}): nothing was planned. Fix: {fix}"
+    return None
+
 
 LOCAL = LakeStorage()
 
-__all__ = ["LOCAL", "STORAGE_ENV", "LakeStorage", "is_local", "local_path", "protocol"]
+__all__ = ["LOCAL", "PROBE_PREFIX", "STORAGE_ENV", "LakeStorage", "is_local", "local_path", "protocol", "root_problem"]

@@ -21,8 +21,10 @@ Trigger it from the UI form or the CLI; every run reconciles the pipeline with i
 * ``verify=true``: ends the run by comparing every captured table with its source, chunk by chunk;
   ``repair_chunks={"db.t": [3]}`` (what it reports) re-snapshots only those chunks, stream running.
 
-``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: ``mysql_cdc_default`` (type
-``mysql_cdc``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
+``mysql_cdc_stop`` stops a pipeline's stream gracefully. Connections: the source, ``mysql_cdc_default``
+(type ``mysql_cdc``; the ``source_conn_id`` param names another, so one DAG serves several sources,
+each pipeline with its own ``pipeline_id``; two pipelines on one server need disjoint
+``server_id_range``) and ``spark_default`` (e.g. ``{"conn_type": "spark", "host": "local[*]"}``).
 Defaults for the roots and tables come from ``MYSQLCDC_SINK_ROOT``, ``MYSQLCDC_STATE_ROOT`` and
 ``MYSQLCDC_TABLES`` (comma-separated) when set. A lake on S3 (or GCS, ADLS) takes its credentials
 from the connection named by the ``storage_conn_id`` param (default ``MYSQLCDC_STORAGE_CONN_ID``),
@@ -52,15 +54,17 @@ TABLE_PATTERN = r"^[^.\s`]+\.[^.\s`]+$"
 # A name or a pattern (shop.*, shop\.order_[0-9]+): the plan task parses it exactly and names the fix.
 SELECTION_PATTERN = r"^[^\s]*\.[^\s]*$"
 PIPELINE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
-DEFAULT_SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT", "/tmp/mysqlcdc/lake")
-DEFAULT_STATE_ROOT = os.environ.get("MYSQLCDC_STATE_ROOT", "/tmp/mysqlcdc/state")
-DEFAULT_STORAGE_CONN_ID = os.environ.get("MYSQLCDC_STORAGE_CONN_ID", "")
+# An environment variable set but empty counts as unset: a required field of the trigger form must not
+# default to an empty value (the form would refuse to trigger).
+DEFAULT_SINK_ROOT = os.environ.get("MYSQLCDC_SINK_ROOT") or "/tmp/mysqlcdc/lake"
+DEFAULT_STATE_ROOT = os.environ.get("MYSQLCDC_STATE_ROOT") or "/tmp/mysqlcdc/state"
+DEFAULT_STORAGE_CONN_ID = os.environ.get("MYSQLCDC_STORAGE_CONN_ID") or None
 # Snapshot groups running at once, and the stream's binlog decoders: each takes its own replication
 # server_id from the connection's server_id_range, which the plan task checks holds both (README
 # "Connections"). Mapped-task concurrency is not templated, so it is a constant here.
 MAX_PARALLEL_GROUPS = 16
 STREAM_READERS = 8
-DEFAULT_TABLES = [t.strip() for t in os.environ.get("MYSQLCDC_TABLES", "shop.orders").split(",") if t.strip()]
+DEFAULT_TABLES = [t.strip() for t in os.environ.get("MYSQLCDC_TABLES", "").split(",") if t.strip()] or ["shop.orders"]
 
 P = "params"  # shorthand for templates below
 
@@ -78,6 +82,12 @@ with DAG(
             "shop", type="string", pattern=PIPELINE_PATTERN, title="Pipeline id",
             description="Names the pipeline's state and stream. One pipeline = one stream.",
         ),
+        "source_conn_id": Param(
+            "mysql_cdc_default", type="string", minLength=1, title="Source connection",
+            description="The Airflow connection (type MySQL CDC) of the server to capture from: one DAG serves several "
+            "sources, one pipeline_id each. Two pipelines on one server need disjoint server_id_range (a connection "
+            "each).",
+        ),
         "tables": Param(
             DEFAULT_TABLES, type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, minItems=1,
             title="Tables", description="<database>.<table> names or patterns to capture: shop.* (glob), "
@@ -86,7 +96,8 @@ with DAG(
             "(no primary key...), are skipped and listed in the plan task's log.",
         ),
         "exclude_tables": Param(
-            [], type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, title="Exclude tables",
+            None, type=["null", "array"], items={"type": "string", "pattern": SELECTION_PATTERN},
+            title="Exclude tables",
             description="Names or patterns left out of what Tables selects (e.g. shop.tmp_*). A table already "
             "captured stays captured.",
         ),
@@ -99,7 +110,7 @@ with DAG(
             description="Plans, chunk results, the stream manifest and checkpoint (shared by all workers).",
         ),
         "storage_conn_id": Param(
-            DEFAULT_STORAGE_CONN_ID, type="string", title="Storage connection",
+            DEFAULT_STORAGE_CONN_ID, type=["null", "string"], title="Storage connection",
             description="Airflow connection with the object-store credentials of the sink and state roots (e.g. "
             "aws_default); empty for a local lake or the machine's own credentials.",
         ),
@@ -132,19 +143,21 @@ with DAG(
             description="For startup_mode specific-offset, e.g. 4",
         ),
         "resnapshot_tables": Param(
-            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Re-snapshot tables",
+            None, type=["null", "array"], items={"type": "string", "pattern": TABLE_PATTERN},
+            title="Re-snapshot tables",
             description="Captured tables to read again from the source while the stream runs on; each Delta "
             "table is swapped in whole with one commit.",
         ),
         "chunk_key_columns": Param(
-            {}, type="object", title="Chunk key columns",
-            description='Per table, the NOT NULL columns to split it on instead of its primary key; needed for a '
-            'table without one. E.g. {"shop.events": ["event_id"]}.',
+            None, type=["null", "object"], title="Chunk key columns",
+            description='Per table, the columns to split it on instead of its primary key; needed for a table without '
+            'one, where they must be NOT NULL and covered by a UNIQUE index (rows are merged by them in the lake). '
+            'E.g. {"shop.events": ["event_id"]}.',
             propertyNames={"pattern": TABLE_PATTERN},
             additionalProperties={"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
         ),
         "repair_chunks": Param(
-            {}, type="object", title="Repair chunks",
+            None, type=["null", "object"], title="Repair chunks",
             description="What a failed verify reports, e.g. {\"shop.orders\": [3, 7]}: only those chunks are "
             "snapshotted again and swapped in (one Delta commit per table) while the stream runs.",
         ),
@@ -155,7 +168,7 @@ with DAG(
             "written. Nothing is skipped silently.",
         ),
         "snapshot_filters": Param(
-            {}, type="object", title="Partial backfill filters",
+            None, type=["null", "object"], title="Partial backfill filters",
             description="Per captured table, a SQL condition, e.g. {\"shop.orders\": \"created_at >= '2026-11-01'\"}: "
             "only the rows it selects are read again and swapped in while the stream runs; the table's other rows "
             "stay as they are.",
@@ -168,7 +181,8 @@ with DAG(
             "protect a busy server (empty or 0 = unlimited).",
         ),
         "changelog_tables": Param(
-            [], type="array", items={"type": "string", "pattern": SELECTION_PATTERN}, title="Changelog tables",
+            None, type=["null", "array"], items={"type": "string", "pattern": SELECTION_PATTERN},
+            title="Changelog tables",
             description="Names or patterns of captured tables that also get a changelog: an append-only Delta table "
             "at <sink_root>/_changelog/<db>/<table> with every change (op, before and after images, commit time, "
             "binlog position, transaction) and the snapshot rows as op r; the SCD type 2 history is derived from "
@@ -180,7 +194,7 @@ with DAG(
             "and _binlog_pos: the event that last wrote each row. Fixed per table when it is first captured.",
         ),
         "routes": Param(
-            [], type="array", title="Routes (sharded tables)",
+            None, type=["null", "array"], title="Routes (sharded tables)",
             description="Route shards into one Delta table: each rule's source is a name or pattern of selected "
             "tables (e.g. db_[0-9]+\\.orders_[0-9]+), its target a <database>.<table>. The target gets "
             "_source_database and _source_table columns, which join the primary key, so one key in two shards is two "
@@ -190,7 +204,7 @@ with DAG(
                                   "target": {"type": "string", "pattern": TABLE_PATTERN}}},
         ),
         "takeover_tables": Param(
-            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
+            None, type=["null", "array"], items={"type": "string", "pattern": TABLE_PATTERN}, title="Take over tables",
             description="Tables whose Delta table another pipeline owns: re-snapshot them under this pipeline "
             "(the other pipeline's stream then refuses to write them).", section="Advanced",
         ),
@@ -199,7 +213,7 @@ with DAG(
             description="Allow a chunk size below 100 rows or more than 10,000 chunks per table.",
         ),
         "backfill_tables": Param(
-            [], type="array", items={"type": "string", "pattern": TABLE_PATTERN}, section="Deprecated",
+            None, type=["null", "array"], items={"type": "string", "pattern": TABLE_PATTERN}, section="Deprecated",
             title="Backfill tables (deprecated: use Re-snapshot tables)",
             description="The old name of resnapshot_tables; still accepted, with a warning in the plan task's log.",
         ),
@@ -227,12 +241,16 @@ with DAG(
             "the Delta table); fail: the stream stops before any DDL that changes a table, naming the fix. Takes "
             "effect when the stream (re)starts.",
         ),
-        "spark_conf": Param({}, type="object", title="Spark conf", description="Extra Spark configuration."),
+        "spark_conf": Param(
+            None, type=["null", "object"], title="Spark conf",
+            description="Extra Spark configuration for every job, e.g. {\"spark.executor.memory\": \"2g\"}.",
+        ),
     },
 ) as dag:
     plan = MySqlCdcPlanOperator(
         task_id="plan",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         sink_root="{{ params.sink_root }}",
         state_root="{{ params.state_root }}",
         tables="{{ params.tables }}",
@@ -259,8 +277,8 @@ with DAG(
         stream_readers=STREAM_READERS,
         max_parallel_groups=MAX_PARALLEL_GROUPS,
     )
-    # The plan's group descriptors carry the pipeline id and roots; the plan in the state store
-    # carries the rest of the pipeline's config (skip_backfill, startup_mode...).
+    # The plan's group descriptors carry the pipeline id, roots and connections; the plan in the state
+    # store carries the rest of the pipeline's config (skip_backfill, startup_mode...).
     snapshot = MySqlCdcSnapshotOperator.partial(
         task_id="snapshot",
         conf="{{ params.spark_conf }}",
@@ -272,6 +290,7 @@ with DAG(
     stream = MySqlCdcStreamOperator(
         task_id="stream",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         state_root="{{ params.state_root }}",
         plan_id=plan.output["plan_id"],  # the plan has the sink root and startup mode
         snapshot_summaries=snapshot.output,
@@ -284,6 +303,7 @@ with DAG(
     wait_caught_up = MySqlCdcStreamSensor(
         task_id="wait_caught_up",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         state_root="{{ params.state_root }}",
         stream_handle=stream.output,
         condition="caught_up",
@@ -299,6 +319,7 @@ with DAG(
     verify = MySqlCdcVerifyOperator(
         task_id="verify",
         pipeline_id="{{ params.pipeline_id }}",
+        mysql_cdc_conn_id="{{ params.source_conn_id }}",
         state_root="{{ params.state_root }}",
         sink_root="{{ params.sink_root }}",
         enabled="{{ params.verify }}",
@@ -311,11 +332,12 @@ with DAG(
     description="Stop a mysql_cdc pipeline's stream gracefully (after its running micro-batch)",
     schedule=None,
     catchup=False,
+    render_template_as_native_obj=True,  # an empty storage_conn_id reaches the operator as None, not "None"
     tags=["mysql", "cdc"],
     params={
         "pipeline_id": Param("shop", type="string", pattern=PIPELINE_PATTERN, title="Pipeline id"),
         "state_root": Param(DEFAULT_STATE_ROOT, type="string", minLength=1, title="State root"),
-        "storage_conn_id": Param(DEFAULT_STORAGE_CONN_ID, type="string", title="Storage connection"),
+        "storage_conn_id": Param(DEFAULT_STORAGE_CONN_ID, type=["null", "string"], title="Storage connection"),
     },
 ) as stop_dag:
     MySqlCdcStopStreamOperator(

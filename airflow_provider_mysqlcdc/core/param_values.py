@@ -10,8 +10,10 @@ at once. Pure: no Airflow, no connections.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +26,25 @@ def given_value(params: dict[str, Any], name: str, default: Any) -> Any:
     """``params[name]``, or ``default`` when it is missing, None or empty text (an unset template)."""
     v = params.get(name)
     return default if v is None or (isinstance(v, str) and not v.strip()) else v
+
+
+def unknown_keys_problem(given: Iterable[str], known: Iterable[str], dag_id: str = "the DAG") -> str | None:
+    """The one message for a run conf with keys that are not params (None if every key is one).
+
+    Why refuse: Airflow passes unknown conf keys through silently, so a typo (``tabels``) runs the
+    default of the param it meant — on tables nobody asked for."""
+    params = sorted(set(known))
+    unknown = [k for k in sorted(set(given)) if k not in params]
+    if not unknown:
+        return None
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, params, n=1, cutoff=0.6)
+        named.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return (
+        f"the run's conf has {', '.join(named)}, which {'is not a param' if len(named) == 1 else 'are not params'} "
+        f"of {dag_id}: nothing was run. Trigger it again with the keys spelled as its params: {', '.join(params)}"
+    )
 
 
 def norm_table(t: str) -> str:
@@ -209,4 +230,5 @@ def offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:
 
 
 __all__ = ["TABLE_NAME", "bool_value", "condition_problem", "given_value", "int_value", "norm_table", "offset_text",
-           "repair_chunks_value", "snapshot_filters_value", "table_list", "timestamp_value"]  # fmt: skip
+           "repair_chunks_value", "snapshot_filters_value", "table_list", "timestamp_value",
+           "unknown_keys_problem"]  # fmt: skip

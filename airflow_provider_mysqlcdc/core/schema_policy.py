@@ -126,10 +126,25 @@ def decide_alter(table: str, diff: ColumnDiff, policy: str, statement: str) -> S
     if policy == FAIL:
         return SchemaAction(stop=f"{statement} ({diff.describe()}) and schema_change_policy is 'fail'. {_fix(table)}")
     if policy == EVOLVE:
-        return SchemaAction(drop_columns=diff.dropped, rename_columns=dict(diff.renamed), note=diff.describe())
+        return SchemaAction(drop_columns=diff.dropped, rename_columns=dict(diff.renamed), note=_note(diff, policy))
     kept = tuple(diff.dropped) + tuple(diff.renamed)
-    note = diff.describe() + (f"; kept {', '.join(kept)} (NULL from now on)" if kept else "")
-    return SchemaAction(retire_columns=kept, note=note)
+    return SchemaAction(retire_columns=kept, note=_note(diff, policy))
+
+
+def _note(diff: ColumnDiff, policy: str) -> str:
+    """What was done, saying where: "dropped weight_g; kept weight_g" read as a contradiction."""
+    parts = [f"{what} {', '.join(names)}" for what, names in (("added", diff.added), ("modified", diff.modified))
+             if names]  # fmt: skip
+    if policy == EVOLVE:
+        if diff.dropped:
+            parts.append(f"{', '.join(diff.dropped)} dropped at the source and in the lake (evolve)")
+        parts += [f"{a} renamed to {b} at the source and in the lake (evolve)" for a, b in diff.renamed.items()]
+        return "; ".join(parts)
+    if diff.dropped:
+        parts.append(f"{', '.join(diff.dropped)} dropped at the source; kept in the lake (lenient: NULL from now on)")
+    parts += [f"{a} renamed to {b} at the source; {b} added in the lake, {a} kept (lenient: NULL from now on)"
+              for a, b in diff.renamed.items()]  # fmt: skip
+    return "; ".join(parts)
 
 
 def decide_table_ddl(table: str, kind: str, policy: str, statement: str, swap: bool = False) -> SchemaAction:

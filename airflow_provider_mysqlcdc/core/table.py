@@ -112,8 +112,9 @@ class TableSchema:
         names = chunk_key_columns or self.primary_key
         if not names:
             raise SourceSchemaError(
-                f"table {self.table} has no primary key: configure a chunk key column for it "
-                f"(chunk_key_columns={{'{self.table}': ['<non-null column>']}}) or add a primary key"
+                f"table {self.table} has no primary key: give it a chunk key, NOT NULL columns covered by a UNIQUE "
+                f"index (they are also the key its rows are merged by in the lake), e.g. "
+                f"chunk_key_columns={{'{self.table}': ['<column>']}}, or add a primary key"
             )
         out = []
         for n in names:

@@ -45,9 +45,17 @@ def storage_from_connection(conn: Any) -> LakeStorage:
     return LakeStorage(options)
 
 
+def given_conn_id(conn_id: Any) -> str | None:
+    """A connection id, or None when it is unset: None, empty, or the text ``None`` / ``null`` that an
+    unset (nullable) DAG param renders to in a DAG without ``render_template_as_native_obj``."""
+    text = "" if conn_id is None else str(conn_id).strip()
+    return None if text in ("", "None", "null") else text
+
+
 def lake_storage(conn_id: str | None) -> LakeStorage:
     """The storage of ``conn_id``; no connection id means the library defaults (a local lake, or
     credentials from the machine: instance role, ``~/.aws``, environment)."""
+    conn_id = given_conn_id(conn_id)
     if not conn_id:
         return LakeStorage()
     from airflow.sdk import BaseHook
@@ -63,4 +71,4 @@ def lake_storage(conn_id: str | None) -> LakeStorage:
     return storage_from_connection(conn)
 
 
-__all__ = ["ObjectStorageError", "lake_storage", "storage_from_connection"]
+__all__ = ["ObjectStorageError", "given_conn_id", "lake_storage", "storage_from_connection"]

@@ -50,6 +50,7 @@ class MySqlCdcSparkSubmitOperator(SparkSubmitOperator):
         "state_root",
         "sink_root",
         "plan_id",
+        "mysql_cdc_conn_id",
         "storage_conn_id",
     )
     template_fields_renderers = {"conf": "json", "env_vars": "json", "application_args": "py"}

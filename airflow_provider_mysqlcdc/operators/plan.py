@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.core.config import DEFAULT_CHUNKS_PER_TASK, PipelineConfig, PipelineConfigError
 from airflow_provider_mysqlcdc.core.server_ids import DEFAULT_MAX_PARALLEL_GROUPS, DEFAULT_STREAM_READERS
+from airflow_provider_mysqlcdc.operators._conf import refuse_unknown_conf_keys
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -29,7 +30,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     tables are read while the stream runs on; the stream operator hands them over
     (``pipeline.finalize_run``: the stream pauses for a few seconds, it is not restarted).
 
-    Bad parameters and a source that is not ready (binlog off, STATEMENT format, missing
+    Bad parameters, a sink or state root that cannot be written (a probe object is written and
+    removed under each), and a source that is not ready (binlog off, STATEMENT format, missing
     privilege, unknown table, no primary key...) fail the task at once, with no retry, before any
     Spark job starts; the message names the fix.
 
@@ -78,11 +80,15 @@ class MySqlCdcPlanOperator(BaseOperator):
         ``max_active_tis_per_dagrun`` to it). The plan refuses a ``server_id_range`` smaller than
         ``stream_readers + max_parallel_groups``, naming the size needed (docs/architecture.md,
         "Replication server_ids")
-    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``)
+    :param mysql_cdc_conn_id: the source connection (type ``mysql_cdc``; templated: the example DAG's
+        ``source_conn_id`` param); passed on to the snapshot tasks in their descriptors
     :param storage_conn_id: the connection with the object-store credentials of ``sink_root`` and
         ``state_root`` (e.g. ``aws_default``: ``hooks/object_storage.py``); passed on to the
         snapshot tasks in their descriptors. Unset for a local lake or the machine's credentials
     :param stop_timeout: seconds to wait for a running stream to stop gracefully
+    :param refuse_unknown_conf: fail the task when the DAG run's conf has a key that is not a param of
+        the DAG (a typo such as ``tabels`` would otherwise run the param's default), naming the closest
+        param; set False in a DAG whose other tasks read conf keys of their own
     """
 
     template_fields: Sequence[str] = (
@@ -110,6 +116,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         "takeover_tables",
         "allow_large_plan",
         "storage_conn_id",
+        "mysql_cdc_conn_id",
         "stream_readers",
         "max_parallel_groups",
     )
@@ -146,6 +153,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         mysql_cdc_conn_id: str = "mysql_cdc_default",
         storage_conn_id: str | None = None,
         stop_timeout: float = 300.0,
+        refuse_unknown_conf: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -177,6 +185,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.mysql_cdc_conn_id = mysql_cdc_conn_id
         self.storage_conn_id = storage_conn_id or None
         self.stop_timeout = stop_timeout
+        self.refuse_unknown_conf = refuse_unknown_conf
 
     def config(self) -> PipelineConfig:
         return PipelineConfig.from_params(
@@ -212,26 +221,36 @@ class MySqlCdcPlanOperator(BaseOperator):
 
         from airflow_provider_mysqlcdc.core.table import SourceSchemaError
         from airflow_provider_mysqlcdc.hooks.mysql_cdc import MySqlCdcHook
-        from airflow_provider_mysqlcdc.hooks.object_storage import ObjectStorageError, lake_storage
+        from airflow_provider_mysqlcdc.hooks.object_storage import ObjectStorageError, given_conn_id, lake_storage
         from airflow_provider_mysqlcdc.mysql.checks import SourceCheckError
         from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
         from airflow_provider_mysqlcdc.pipeline import PipelineStateError, new_plan_id, plan_run
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
+        from airflow_provider_mysqlcdc.storage import root_problem
 
+        if self.refuse_unknown_conf:
+            refuse_unknown_conf_keys(self, context)
         try:
             config = self.config()
         except PipelineConfigError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
-            "pipeline %s: tables %s%s, startup_mode %s, re-snapshot %s, chunk_size %d, chunks_per_task %d",
-            config.pipeline_id, config.tables, f" excluding {config.exclude_tables}" if config.exclude_tables else "",
-            config.startup_mode, config.resnapshot_tables or "none", config.chunk_size, config.chunks_per_task,
+            "pipeline %s: source connection %s, tables %s%s, startup_mode %s, re-snapshot %s, chunk_size %d, "
+            "chunks_per_task %d", config.pipeline_id, self.mysql_cdc_conn_id, config.tables,
+            f" excluding {config.exclude_tables}" if config.exclude_tables else "", config.startup_mode,
+            config.resnapshot_tables or "none", config.chunk_size, config.chunks_per_task,
         )
         try:
             storage = lake_storage(self.storage_conn_id)
         except ObjectStorageError as exc:
             raise AirflowFailException(str(exc)) from None
+        # The source is checked below; the lake is checked here, before it, or a root that cannot be
+        # written would pass the plan and fail only inside a Spark job.
+        problems = [p for p in (root_problem(storage, "sink_root", config.sink_root),
+                                root_problem(storage, "state_root", config.state_root)) if p]  # fmt: skip
+        if problems:
+            raise AirflowFailException("\n".join(problems))
         store = StateStore(config.state_root, config.pipeline_id, storage)
         sink = DeltaSink(config.sink_root, storage, owner=config.pipeline_id, routes=config.routing)
         run_id = context.get("run_id") if context else None
@@ -245,13 +264,16 @@ class MySqlCdcPlanOperator(BaseOperator):
                                    binlog_settings=hook.settings)  # fmt: skip
         except (SourceCheckError, SourceSchemaError, BinlogUnavailableError, PipelineStateError) as exc:
             raise AirflowFailException(str(exc)) from None
-        for note in outcome.notes:
-            self.log.warning(note)
-        self.log.info("plan %s: %s", plan_id, outcome.to_dict())
+        # plan_run has logged each note (skipped tables, deprecations...) and the selection once: the
+        # summary here leaves them out (they are in the plan_summary XCom)
+        brief = {k: v for k, v in outcome.to_dict().items() if k not in ("notes", "selected_tables")}
+        self.log.info("plan %s: %s", plan_id, brief)
+        self.log.info("%s", outcome.describe(config.pipeline_id))
         ti = context["ti"]
         ti.xcom_push(key="plan_id", value=plan_id)
         ti.xcom_push(key="plan_summary", value=outcome.to_dict())
-        where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root}
-        if self.storage_conn_id:  # the id, never the keys: descriptors are XComs
-            where["storage_conn_id"] = self.storage_conn_id
+        where = {"pipeline_id": config.pipeline_id, "state_root": config.state_root, "sink_root": config.sink_root,
+                 "mysql_cdc_conn_id": self.mysql_cdc_conn_id}  # fmt: skip
+        if given_conn_id(self.storage_conn_id):  # the id, never the keys: descriptors are XComs
+            where["storage_conn_id"] = given_conn_id(self.storage_conn_id)
         return [{**where, **g} for g in outcome.groups]

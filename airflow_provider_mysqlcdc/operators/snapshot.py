@@ -29,7 +29,10 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
     ``on_kill`` (task cleared or timed out) kills the Spark application (the parent's).
 
     :param group_id: the chunk group of the plan to read
-    :param group_label: how the group shows in the UI (its tables and chunks)
+    :param group_label: how the mapped task shows in the UI (``map_index_template``), short: ``group 3: 12
+        tables, 40 chunks``
+    :param group_chunks: each table of the group with its chunks (``shop.orders chunks 0–63, ...``): a
+        template field, so the task's *Rendered Templates* show it
     :param fetch_size: JDBC fetch size of the chunk reads
     :param reader: chunk reader: ``auto`` (default: the native Arrow reader, connectorx, where it
         reads the table exactly, else Spark JDBC), ``native`` (fail if it cannot) or ``jdbc``
@@ -40,7 +43,9 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
         ``SparkSubmitOperator``
     """
 
-    template_fields: Sequence[str] = (*MySqlCdcSparkSubmitOperator.template_fields, "group_id", "reader")
+    template_fields: Sequence[str] = (
+        *MySqlCdcSparkSubmitOperator.template_fields, "group_id", "reader", "group_chunks",
+    )  # fmt: skip
     ui_color = "#fdf1e1"
 
     def __init__(
@@ -48,6 +53,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
         *,
         group_id: int,
         group_label: str | None = None,
+        group_chunks: str | None = None,
         fetch_size: int = 10_000,
         reader: str = "auto",
         window_memory_mb: int = 512,
@@ -56,6 +62,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
         super().__init__(**kwargs)
         self.group_id = group_id
         self.group_label = group_label or f"group {group_id}"
+        self.group_chunks = group_chunks or ""
         self.fetch_size = fetch_size
         self.reader = reader
         self.window_memory_mb = window_memory_mb
@@ -87,7 +94,7 @@ class MySqlCdcSnapshotOperator(MySqlCdcSparkSubmitOperator):
         self.application = self.application or job_path("snapshot")
         self.application_args = self.snapshot_args(plan.skip_backfill)  # the plan decides
         self.name = self.name or f"mysqlcdc-snapshot-{self.pipeline_id}-g{group_id}"
-        self.log.info("snapshot group %d of plan %s: %s", group_id, self.plan_id, self.group_label)
+        self.log.info("snapshot group %d of plan %s: %s", group_id, self.plan_id, self.group_chunks or self.group_label)
         store.clear_group_error(str(self.plan_id), group_id)
         try:
             super().execute(context)

@@ -309,7 +309,11 @@ class MySqlCdcStopStreamOperator(BaseOperator):
     Works for detached streams on any host (the request travels through the state store); if
     the stream does not confirm within ``timeout`` and runs on this host it is terminated — the
     checkpoint and the sink's per-batch transaction ids make that safe too. Returns the final
-    state (committed offset, last batch). A stream that is not running is not an error.
+    state (committed offset, last batch). A stream that is not running is not an error; a pipeline
+    the state root does not hold (a typo'd id or root) is, naming the pipelines it holds.
+
+    ``refuse_unknown_conf`` (default True): a DAG run conf key that is not a param of the DAG fails
+    the task, naming the closest param — a typo must not stop the default pipeline.
     """
 
     template_fields: Sequence[str] = ("pipeline_id", "state_root", "storage_conn_id")
@@ -321,6 +325,7 @@ class MySqlCdcStopStreamOperator(BaseOperator):
         state_root: str,
         timeout: float = 300.0,
         storage_conn_id: str | None = None,
+        refuse_unknown_conf: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -328,13 +333,22 @@ class MySqlCdcStopStreamOperator(BaseOperator):
         self.state_root = state_root
         self.timeout = timeout
         self.storage_conn_id = storage_conn_id or None
+        self.refuse_unknown_conf = refuse_unknown_conf
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from airflow_provider_mysqlcdc.hooks.object_storage import lake_storage
-        from airflow_provider_mysqlcdc.state import StateStore
+        from airflow_provider_mysqlcdc.operators._conf import refuse_unknown_conf_keys
+        from airflow_provider_mysqlcdc.state import StateStore, unknown_pipeline_problem
         from airflow_provider_mysqlcdc.stream.control import request_stop
 
+        if self.refuse_unknown_conf:
+            refuse_unknown_conf_keys(self, context)
         store = StateStore(self.state_root, self.pipeline_id, lake_storage(self.storage_conn_id))
+        problem = unknown_pipeline_problem(store)
+        if problem:  # a typo'd pipeline id must not read as "stopped"
+            raise AirflowFailException(problem)
         out = request_stop(store, timeout=self.timeout)
         self.log.info(
             "stream %s: %s (committed offset %s)", self.pipeline_id,

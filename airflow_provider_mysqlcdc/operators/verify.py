@@ -31,7 +31,7 @@ class MySqlCdcVerifyOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "pipeline_id", "state_root", "sink_root", "tables", "enabled", "storage_conn_id",
+        "pipeline_id", "state_root", "sink_root", "tables", "enabled", "mysql_cdc_conn_id", "storage_conn_id",
     )  # fmt: skip
     ui_color = "#fdf3e8"
 

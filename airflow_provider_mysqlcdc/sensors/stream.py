@@ -21,7 +21,9 @@ class MySqlCdcStreamSensor(BaseSensorOperator):
     when that run started no stream (``startup_mode=snapshot-only``).
     """
 
-    template_fields: Sequence[str] = ("pipeline_id", "state_root", "stream_handle", "condition", "storage_conn_id")
+    template_fields: Sequence[str] = (
+        "pipeline_id", "state_root", "stream_handle", "condition", "mysql_cdc_conn_id", "storage_conn_id",
+    )  # fmt: skip
 
     def __init__(
         self,

@@ -171,7 +171,7 @@ def run_snapshot_group(
     group = groups[group_id]
     attempt = uuid.uuid4().hex[:12]
     key = _group_key(plan_id, group_id)
-    log.info("snapshot group %s: %s (attempt %s)", key, group.label(), attempt)
+    log.info("snapshot group %s: %s (attempt %s)", key, group.chunk_ranges(), attempt)
     work = table_work(plan, group.splits, sink, key, attempt, record.row_filters, record.metadata_columns)
     server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
     run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -126,6 +127,12 @@ def test_first_run_snapshots_in_mapped_tasks_and_streams(pipeline: dict) -> None
         assert s["min_hw"] and s["max_hw"] and s["rows"] > 0
         assert BinlogOffset.from_dict(s["min_hw"]) <= BinlogOffset.from_dict(s["max_hw"])
     assert [s["group_label"] for s in summaries] == [g["group_label"] for g in groups]
+    for g in groups:  # issue 33 item 8a: a short label; the tables and chunk ranges in the rendered fields
+        n, tables = len(record["groups"][g["group_id"]]["splits"]), len(summaries[g["group_id"]]["tables"])
+        assert re.fullmatch(rf"group {g['group_id']}: {tables} tables?, {n} chunks?", g["group_label"]), g
+        assert run.labels[("snapshot", g["group_id"])] == g["group_label"]
+        chunks = run.rendered[("snapshot", g["group_id"])]["group_chunks"]
+        assert chunks == g["group_chunks"] and all(t in chunks for t in summaries[g["group_id"]]["tables"])
     handle = run.xcom("stream")
     assert handle["launched"] and handle["running"] and not handle["from_checkpoint"]
     assert run.task_states[("wait_caught_up", -1)] == "success"
@@ -265,6 +272,16 @@ def test_status_and_stop_cli(pipeline: dict) -> None:
     assert set(status["tables"]) == set(pipeline["tables"])
     assert set(status["tables"].values()) == {"streaming"}
 
+    # the DAG's environment variable is the CLI's default too; an unknown pipeline exits 1, saying what is there
+    with_env = {**env, "MYSQLCDC_STATE_ROOT": pipeline["conf"]["state_root"]}
+    out = subprocess.run([*cmd, "status", "--pipeline", PIPELINE], env=with_env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0 and json.loads(out.stdout)["stream_running"] is True, out.stderr
+    out = subprocess.run([*cmd, "status", "--pipeline", "shpo"], env=with_env, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 1 and out.stdout == "", out.stdout
+    assert "error: no pipeline 'shpo' under state root" in out.stderr and "(did you mean 'shop'?)" in out.stderr
+
     out = subprocess.run([*cmd, "stop", *args], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     stopped = json.loads(out.stdout)
@@ -328,6 +345,43 @@ def test_bad_params_are_refused_before_any_spark_job(pipeline: dict) -> None:
         assert not StateStore(pipeline["conf"]["state_root"], "bad").exists("plans")
 
 
+def test_a_typo_in_the_conf_is_refused_naming_the_param(pipeline: dict, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 item 3: {"tabels": [...]} ran the default tables. Now the plan task fails at once (no
+    Spark job, nothing in the state store) naming the closest param and every param; the stop DAG too."""
+    base = {**pipeline["conf"], "pipeline_id": "typo"}
+    capfd.readouterr()
+    run = run_dag(pipeline["dag"], {**base, "tabels": ["cdc.t_ci"]})
+    out = "".join(capfd.readouterr())
+    assert run.state == "failed" and run.task_states[("plan", -1)] == "failed", run.task_states
+    assert run.task_states[("snapshot", -1)] == "upstream_failed"
+    assert not StateStore(pipeline["conf"]["state_root"], "typo").exists("plans")
+    assert "the run's conf has 'tabels' (did you mean 'tables'?), which is not a param of DAG mysql_cdc" in out
+    assert "Trigger it again with the keys spelled as its params: allow_large_plan, backfill_tables," in out
+
+    stop = run_dag(load_dag("mysql_cdc_stop"), {"pipeline_id": "typo", "state_rot": "/tmp/elsewhere"})
+    out = "".join(capfd.readouterr())
+    assert stop.state == "failed" and stop.task_states[("stop_stream", -1)] == "failed", stop.task_states
+    assert "'state_rot' (did you mean 'state_root'?)" in out and "pipeline_id, state_root, storage_conn_id" in out
+
+
+def test_an_unwritable_sink_root_fails_the_plan_at_once(pipeline: dict, tmp_path: Path,
+                                                        capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Issue 33 item 6: sink_root=/proc/... passed the plan and would fail only inside a Spark job. Now
+    the plan task fails with no retry, before the source is asked, naming the root, the error and the fix."""
+    (tmp_path / "a-file").write_text("not a directory")
+    bad = str(tmp_path / "a-file" / "lake")
+    conf = {**pipeline["conf"], "pipeline_id": "unwritable", "tables": ["cdc.t_int"], "sink_root": bad,
+            "state_root": str(tmp_path / "state")}  # fmt: skip
+    capfd.readouterr()
+    run = run_dag(pipeline["dag"], conf)
+    out = "".join(capfd.readouterr())
+    assert run.state == "failed" and run.task_states[("plan", -1)] == "failed", run.task_states
+    assert run.task_states[("snapshot", -1)] == "upstream_failed"
+    assert f"sink_root {bad!r} is not writable (NotADirectoryError" in out
+    assert "Fix: give sink_root a directory this user can create and write" in out
+    assert not StateStore(conf["state_root"], "unwritable").exists("plans")
+
+
 def test_plan_operator_explains_bad_values(pipeline: dict) -> None:
     """Operators used outside the example DAG (no JSON schema) check the same things themselves."""
     from airflow.sdk.exceptions import AirflowFailException
@@ -371,9 +425,10 @@ def test_form_chunk_key_for_a_table_without_primary_key(pipeline: dict, tmp_path
     assert any("deprecated" in n for n in run.xcom("plan", key="plan_summary")["notes"])
 
 
-def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path) -> None:
+def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """The trigger form's routes param: four shards snapshotted by mapped tasks into one Delta table
-    whose source columns tell the shards apart (the same ids in every shard)."""
+    whose source columns tell the shards apart (the same ids in every shard). A view the pattern
+    matches is skipped, and that note, like the route's, is logged once (issue 33 item 8g: twice)."""
     import pyarrow as pa
     from deltalake import DeltaTable, QueryBuilder
 
@@ -385,14 +440,23 @@ def test_form_routes_shards_into_one_table(pipeline: dict, tmp_path: Path) -> No
         server.execute(f"CREATE TABLE {t} (id BIGINT NOT NULL PRIMARY KEY, v VARCHAR(30))",
                        f"INSERT INTO {t} SELECT seq, CONCAT('{d}.{t}-', seq) FROM seq_1_to_1500",
                        database=d)  # fmt: skip
+    server.execute("CREATE VIEW orders_view AS SELECT id FROM orders_0", database="cdc_r0")
     conf = {**pipeline["conf"], "pipeline_id": "routed", "tables": ["cdc_r?.orders_*"], "chunk_size": 500,
             "routes": [{"source": r"cdc_r[0-9]\.orders_[0-9]", "target": "cdc.all_orders"}],
             "startup_mode": "snapshot-only", "sink_root": str(tmp_path / "lake"),
             "state_root": str(tmp_path / "state")}  # fmt: skip
+    capfd.readouterr()
     run = run_dag(pipeline["dag"], conf)
+    out = "".join(capfd.readouterr())
     assert run.state == "success", run.task_states
     assert len(run.xcom("plan")) >= 2  # mapped snapshot tasks, each committing shards into the one table
-    assert any("route cdc.all_orders: 4 table(s)" in n for n in run.xcom("plan", key="plan_summary")["notes"])
+    notes = run.xcom("plan", key="plan_summary")["notes"]
+    assert any("route cdc.all_orders: 4 table(s)" in n for n in notes)
+    skipped = [n for n in notes if n.startswith("skipped cdc_r0.orders_view: a view")]
+    assert len(skipped) == 1, notes
+    for note in [skipped[0], next(n for n in notes if "route cdc.all_orders" in n)]:
+        assert out.count(note) == 1, (note, out.count(note))
+    assert "pipeline routed: snapshot cdc_r0.orders_0, cdc_r0.orders_1, cdc_r1.orders_0, cdc_r1.orders_1" in out
     dt = DeltaTable(f"{conf['sink_root']}/cdc/all_orders")
     rows = QueryBuilder().register("t", dt).execute("SELECT _source_database, _source_table, id, v FROM t").read_all()
     got = sorted(tuple(r.values()) for r in pa.table(rows).to_pylist())
@@ -446,4 +510,35 @@ def test_form_pattern_captures_a_database_while_tables_come_and_go(pipeline: dic
         assert_captured_as_the_source(pipeline["settings"], store, sink, db, names)
     finally:
         writer.stop_event.set()
+        request_stop(store, timeout=60)
+
+
+def test_source_conn_id_captures_from_that_connection(pipeline: dict, mariadb: Any, db: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Issue 33 item 5: one DAG, a second source. The table exists only on the second server (the
+    session's shared MariaDB), so a task that used the default connection (this module's server) would
+    fail: the plan and the snapshot (no such table), verify (likewise), the stream (changes made on the
+    second server after the run reach the lake only if it reads that server's binlog)."""
+    from airflow_provider_mysqlcdc.stream.control import request_stop
+
+    mariadb.execute("CREATE TABLE orders (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO orders SELECT seq, CONCAT('o', seq) FROM seq_1_to_3000", database=db)  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_MYSQL_CDC_SECOND", mariadb.airflow_conn_json())
+    table = f"{db}.orders"
+    conf = {**pipeline["conf"], "pipeline_id": "second", "source_conn_id": "mysql_cdc_second", "tables": [table],
+            "verify": True, "sink_root": str(tmp_path / "lake"), "state_root": str(tmp_path / "state")}  # fmt: skip
+    store = StateStore(conf["state_root"], "second")
+    settings = mariadb.cdc_settings()
+    try:
+        run = run_dag(pipeline["dag"], conf)
+        assert run.state == "success", run.task_states
+        assert {g["mysql_cdc_conn_id"] for g in run.xcom("plan")} == {"mysql_cdc_second"}  # the snapshot tasks'
+        assert run.xcom("verify")["ok"] is True
+        mariadb.execute("INSERT INTO orders VALUES (5001, 'new')", "UPDATE orders SET v = 'upd' WHERE id <= 10",
+                        "DELETE FROM orders WHERE id = 3000", database=db)  # fmt: skip
+        with settings.connect() as conn:
+            wait_until_applied(store, current_offset(conn), timeout=180)
+            cmp = compare(conn, read_table_schema(conn, TableId.parse(table)), DeltaSink(conf["sink_root"]).read(table))
+        assert cmp.match and cmp.source_rows == 3000, cmp
+    finally:
         request_stop(store, timeout=60)

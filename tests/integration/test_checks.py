@@ -239,6 +239,7 @@ def test_table_without_primary_key_needs_a_chunk_key(cdc_settings: ConnectionSet
     assert p.table == name
     assert "no primary key" in p.message
     assert "chunk_key_columns" in p.message and "add a primary key" in p.message
+    assert "NOT NULL columns covered by a UNIQUE index" in p.message  # what a chunk key must be (issue 33)
     # configuring a NOT NULL chunk key covered by a UNIQUE index fixes it
     fixed = _check(cdc_settings, [name], chunk_key_columns={name: ["id"]})
     assert fixed.ok, fixed.summary()

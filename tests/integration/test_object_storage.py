@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.snapshot.group import SnapshotOptions, run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.storage import LakeStorage
+from airflow_provider_mysqlcdc.storage import PROBE_PREFIX, LakeStorage, root_problem
 from airflow_provider_mysqlcdc.stream.control import checkpoint_dir, checkpoint_offset
 from airflow_provider_mysqlcdc.stream.job import (
     StreamOptions,
@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.stream.job import (
     stop_gracefully,
     wait_until_caught_up,
 )
+from tests.support.mariadb import free_port
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.verify import compare
 
@@ -48,6 +49,22 @@ def _assert_equal(settings: Any, plan: Any, sink: DeltaSink, tables: list[str]) 
 
 def _local_files(root: Path) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file()]
+
+
+def test_the_plans_write_probe_on_s3(s3_server) -> None:  # type: ignore[no-untyped-def]
+    """The plan's check of an object-store root: a writable one passes and keeps nothing; a missing
+    bucket and an unreachable endpoint fail at once, naming the root, the error and the fix."""
+    storage = LakeStorage(s3_server.storage_options())
+    root = s3_server.url("probe-lake")
+    assert root_problem(storage, "sink_root", root) is None
+    assert not [k for k in storage.listdir(root) if k.startswith(PROBE_PREFIX)]
+    no_bucket = root.replace(f"s3://{s3_server.endpoint.bucket}/", "s3://no-such-bucket-mysqlcdc/")
+    msg = root_problem(storage, "state_root", no_bucket)
+    assert msg is not None and msg.startswith(f"state_root {no_bucket!r} is not writable (")
+    assert "Fix: check that the bucket exists and is reachable" in msg
+    unreachable = LakeStorage({**s3_server.storage_options(), "aws_endpoint_url": f"http://127.0.0.1:{free_port()}"})
+    msg = root_problem(unreachable, "sink_root", root)
+    assert msg is not None and "Could not connect to the endpoint URL" in msg and "storage_conn_id" in msg
 
 
 def test_snapshot_and_stream_with_lake_and_state_on_s3(mariadb, db, cdc_settings, spark, s3_server, tmp_path) -> None:  # type: ignore[no-untyped-def]

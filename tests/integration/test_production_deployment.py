@@ -7,6 +7,9 @@ the lake and the pipeline state, and a private MariaDB under a random writer. Th
 pipeline and run in order:
 
 1. Airflow is healthy and has parsed the example DAG without import errors;
+   both example DAGs run from the conf their trigger forms send at their defaults (a UI user who
+   changes nothing: a local lake from ``MYSQLCDC_*`` defaults, cluster settings from Spark's
+   ``spark-defaults.conf``): ``mysql_cdc`` snapshots and streams, ``mysql_cdc_stop`` stops it;
 2. runs are triggered through the REST API as the UI's trigger form does (conf = the DAG's params):
    the first run (mapped snapshot tasks overlapping in time, one Spark application each, then the
    detached stream and the deferred catch-up sensor), an add-table run (only the new table read)
@@ -53,6 +56,7 @@ from tests.support.background import BackgroundCall
 from tests.support.mariadb import CDC_GRANTS, free_port
 from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.secret_scan import scan_directory, scan_processes, scan_spark_environment
+from tests.support.trigger_form import default_conf, required_but_empty
 from tests.support.verify import compare
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -66,6 +70,7 @@ ROWS = 6_000
 CHUNK = 1_000
 PER_TASK = 8
 WRITE_RATE = 60.0
+DEFAULT_PIPELINE = "shop"  # the example DAG's default pipeline_id
 UI_PORT_RETRIES = 16  # spark.port.maxRetries: drivers of one conf take ui_port, ui_port + 1, ...
 
 
@@ -88,6 +93,14 @@ def deploy(private_server: Any, s3_server: Any, spark_cluster: Any, tmp_path_fac
         "conn_type": "aws", "login": s3.access_key_id, "password": s3.secret_access_key,
         "extra": {"endpoint_url": s3.endpoint_url, "region_name": s3.region},
     }  # fmt: skip
+    # What a UI user who changes nothing gets: the DAG's defaults from MYSQLCDC_* (a local lake, no
+    # storage connection), the cluster's settings from Spark's own spark-defaults.conf.
+    defaults = {"sink_root": str(work / "default-lake"), "state_root": str(work / "default-state"),
+                "tables": [f"{DB}.t_ci"]}  # fmt: skip
+    spark_conf_dir = work / "spark-conf"
+    spark_conf_dir.mkdir()
+    cluster_defaults = {**spark_cluster.submit_conf(), "spark.cores.max": "1", "spark.executor.memory": "512m"}
+    (spark_conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in cluster_defaults.items()))
     services = AirflowServices(
         work / "airflow-home",
         connections={
@@ -96,15 +109,13 @@ def deploy(private_server: Any, s3_server: Any, spark_cluster: Any, tmp_path_fac
             "aws_lake": json.dumps(aws_conn),
         },
         # the driver (client mode) binds where the cluster's URL points; spark-submit is next to the venv Python
-        extra_env={"SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        extra_env={"SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                   "SPARK_CONF_DIR": str(spark_conf_dir), "MYSQLCDC_SINK_ROOT": defaults["sink_root"],
+                   "MYSQLCDC_STATE_ROOT": defaults["state_root"], "MYSQLCDC_TABLES": ",".join(defaults["tables"])},
     )
     ui_port = free_port()
-    spark_conf = {
-        **spark_cluster.submit_conf(),  # event log (uncompressed) into the cluster's dir, the venv's Python, fast JVMs
-        "spark.cores.max": "1",
-        "spark.executor.memory": "512m",
-        "spark.ui.port": str(ui_port),
-    }
+    # event log (uncompressed) into the cluster's dir, the venv's Python, fast JVMs, one core a job
+    spark_conf = {**cluster_defaults, "spark.ui.port": str(ui_port)}
     ctx = {
         "server": private_server, "settings": private_server.cdc_settings(user, password), "password": password,
         "tables": tables, "pipeline": pipeline, "s3": s3_server, "storage": storage, "cluster": spark_cluster,
@@ -113,7 +124,7 @@ def deploy(private_server: Any, s3_server: Any, spark_cluster: Any, tmp_path_fac
             "pipeline_id": pipeline, "sink_root": s3.url("lake"), "state_root": s3.url("state"),
             "storage_conn_id": "aws_lake", "chunk_size": CHUNK, "chunks_per_task": PER_TASK, "spark_conf": spark_conf,
         },
-        "timings": {},
+        "timings": {}, "defaults": defaults,
     }  # fmt: skip
     t0 = time.monotonic()
     services.start()
@@ -123,6 +134,8 @@ def deploy(private_server: Any, s3_server: Any, spark_cluster: Any, tmp_path_fac
     finally:
         with contextlib.suppress(Exception):
             request_stop(_store(ctx), timeout=60)
+        with contextlib.suppress(Exception):  # the default pipeline, if its test stopped half-way
+            request_stop(StateStore(defaults["state_root"], DEFAULT_PIPELINE), timeout=60)
         services.stop()
         # a detached stream with a remote state store keeps its driver log on the launching machine
         shutil.rmtree(Path(tempfile.gettempdir()) / "mysqlcdc" / pipeline, ignore_errors=True)
@@ -193,6 +206,47 @@ def test_airflow_components_are_up_and_parse_the_dag(deploy: dict[str, Any]) -> 
         assert services.unpause(DAG_ID)["is_paused"] is False
         params = services.api("GET", f"/dags/{DAG_ID}/details")["params"]
         assert set(deploy["conf"]) <= set(params)  # the conf sent below is exactly the trigger form's params
+
+
+@pytest.mark.timeout(600)
+def test_example_dags_run_with_the_trigger_forms_defaults(deploy: dict[str, Any]) -> None:
+    """Issue 33 item 1: a UI user who changes nothing can start a pipeline on a local lake and stop it.
+
+    The conf sent is exactly what the trigger form sends (every param's default, as the details
+    endpoint serves them: tests/support/trigger_form.py), and no field the form marks required is empty."""
+    services: AirflowServices = deploy["services"]
+    defaults = deploy["defaults"]
+    store = StateStore(defaults["state_root"], DEFAULT_PIPELINE)
+    with services.logs_on_failure():
+        services.wait_dag("mysql_cdc_stop")
+        services.unpause("mysql_cdc_stop")
+        forms = {d: services.api("GET", f"/dags/{d}/details")["params"] for d in (DAG_ID, "mysql_cdc_stop")}
+        for dag_id, params in forms.items():
+            assert required_but_empty(params) == [], f"{dag_id}: the form would not trigger at its defaults"
+        conf = default_conf(forms[DAG_ID])
+        assert conf["storage_conn_id"] is None and conf["sink_root"] == defaults["sink_root"], conf
+        run_id = services.trigger(DAG_ID, conf)
+        state = services.wait_run(DAG_ID, run_id, timeout=600)
+        assert state == "success", services.task_states(DAG_ID, run_id)
+        summary = services.xcom(DAG_ID, run_id, "plan", key="plan_summary")
+        assert summary["snapshot_tables"] == defaults["tables"], summary
+        assert services.xcom(DAG_ID, run_id, "stream")["running"] is True
+        table = defaults["tables"][0]
+        with deploy["settings"].connect() as conn:
+            wait_until_applied(store, current_offset(conn), timeout=240)
+            sink_rows = DeltaSink(defaults["sink_root"]).read(table)
+            cmp = compare(conn, read_table_schema(conn, TableId.parse(table)), sink_rows)
+        assert cmp.match and cmp.source_rows > ROWS // 2, cmp
+
+        stop_conf = default_conf(forms["mysql_cdc_stop"])
+        assert stop_conf == {"pipeline_id": DEFAULT_PIPELINE, "state_root": defaults["state_root"],
+                             "storage_conn_id": None}  # fmt: skip
+        stop_id = services.trigger("mysql_cdc_stop", stop_conf)
+        assert services.wait_run("mysql_cdc_stop", stop_id, timeout=300) == "success", services.task_states(
+            "mysql_cdc_stop", stop_id)  # fmt: skip
+        stopped = services.xcom("mysql_cdc_stop", stop_id, "stop_stream")
+        assert stopped["stopped"] is True, stopped
+        assert stream_state(store)["running"] is False and store.read_run().state == "stopped"
 
 
 @pytest.mark.timeout(600)

@@ -53,6 +53,8 @@ class DagTestRun:
     seconds: float
     task_states: dict[tuple[str, int], str] = field(default_factory=dict)
     xcoms: dict[tuple[str, int, str], Any] = field(default_factory=dict)
+    labels: dict[tuple[str, int], str | None] = field(default_factory=dict)  # rendered map index (the UI's label)
+    rendered: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # Rendered Templates
 
     def states_of(self, task_id: str) -> list[str]:
         return [s for (t, _), s in sorted(self.task_states.items()) if t == task_id]
@@ -71,6 +73,7 @@ def run_dag(dag: Any, conf: dict[str, Any]) -> DagTestRun:
     object's params, so a second run of the same object would inherit the first run's values
     (e.g. its ``resnapshot_tables``) for every param its conf does not set.
     """
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
     from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
@@ -82,6 +85,11 @@ def run_dag(dag: Any, conf: dict[str, Any]) -> DagTestRun:
     with create_session() as s:
         for ti in s.query(TaskInstance).filter(TaskInstance.dag_id == dag.dag_id, TaskInstance.run_id == dr.run_id):
             out.task_states[(ti.task_id, ti.map_index)] = str(getattr(ti.state, "value", ti.state))
+            out.labels[(ti.task_id, ti.map_index)] = ti.rendered_map_index
+        rtifs = s.query(RenderedTaskInstanceFields).filter(RenderedTaskInstanceFields.dag_id == dag.dag_id,
+                                                           RenderedTaskInstanceFields.run_id == dr.run_id)  # fmt: skip
+        for r in rtifs:
+            out.rendered[(r.task_id, r.map_index)] = dict(r.rendered_fields or {})
         for x in s.query(XComModel).filter(XComModel.dag_id == dag.dag_id, XComModel.run_id == dr.run_id):
             value = x.value
             if isinstance(value, str | bytes):

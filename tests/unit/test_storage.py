@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from airflow_provider_mysqlcdc.storage import STORAGE_ENV, LakeStorage, is_local, local_path, protocol
+from airflow_provider_mysqlcdc.storage import STORAGE_ENV, LakeStorage, is_local, local_path, protocol, root_problem
 
 S3 = {
     "aws_access_key_id": "AKIAX",
@@ -73,3 +73,16 @@ def test_file_operations_on_a_local_disk_and_an_fsspec_store(tmp_path: Path, roo
     assert storage.listdir(base) == ["part-1.parquet"] and storage.exists(f"{base}/part-1.parquet")
     storage.remove(base)
     assert storage.listdir(base) == [] and storage.listdir(f"{base}/nothing") == []
+
+
+def test_the_write_probe_of_a_local_root(tmp_path: Path) -> None:
+    """The plan's check of sink_root and state_root: a root it can write passes (created if missing,
+    nothing left behind); one it cannot fails naming the root, the error and the fix."""
+    root = tmp_path / "lake"
+    assert root_problem(LakeStorage(), "sink_root", str(root)) is None
+    assert root.is_dir() and list(root.iterdir()) == []
+    (tmp_path / "a-file").write_text("x")
+    for bad in (str(tmp_path / "a-file" / "lake"), "/proc/mysqlcdc-lake"):  # unwritable even for root
+        msg = root_problem(LakeStorage(), "sink_root", bad)
+        assert msg is not None and msg.startswith(f"sink_root {bad!r} is not writable (")
+        assert "Error" in msg and "Fix: give sink_root a directory this user can create and write" in msg

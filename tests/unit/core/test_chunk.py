@@ -236,8 +236,10 @@ def test_group_splits_across_tables_and_labels() -> None:
     b = _int_splits([5], "db.b")
     groups = group_splits(a + b, 2)
     assert [g.tables for g in groups] == [["db.a"], ["db.a", "db.b"], ["db.b"]]
-    assert groups[0].label() == "db.a chunks 0\u20131"
-    assert groups[1].label() == "db.a chunk 2, db.b chunk 0"
+    assert groups[0].chunk_ranges() == "db.a chunks 0\u20131"
+    assert groups[1].chunk_ranges() == "db.a chunk 2, db.b chunk 0"
+    assert [g.label() for g in groups] == ["group 0: 1 table, 2 chunks", "group 1: 2 tables, 2 chunks",
+                                           "group 2: 1 table, 1 chunk"]  # fmt: skip
     back = ChunkGroup.from_dict(json.loads(json.dumps(groups[1].to_dict())))
     assert back.splits == groups[1].splits and back.group_id == 1
 

@@ -61,8 +61,14 @@ def test_an_alter_per_policy(policy: str) -> None:
     elif policy == EVOLVE:
         assert not a.stop and a.drop_columns == ("gone",) and a.rename_columns == {"note": "label"}
         assert a.retire_columns == ()
+        assert a.note == ("added x; gone dropped at the source and in the lake (evolve); note renamed to label at the "
+                          "source and in the lake (evolve)")  # fmt: skip
     else:
         assert not a.stop and a.retire_columns == ("gone", "note") and not a.drop_columns and not a.rename_columns
+        # says where each thing happened (it read "dropped gone; kept gone")
+        assert a.note == ("added x; gone dropped at the source; kept in the lake (lenient: NULL from now on); note "
+                          "renamed to label at the source; label added in the lake, note kept (lenient: NULL from "
+                          "now on)")  # fmt: skip
     # an ALTER that changes no column (an index) passes under every policy, even fail
     assert decide_alter("shop.t", ColumnDiff(), policy, "ALTER").stop is None
     # a changed primary key stops under every policy, naming a re-snapshot
