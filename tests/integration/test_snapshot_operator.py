@@ -62,7 +62,8 @@ def test_on_kill_stops_the_spark_job_and_a_retry_is_exact(  # type: ignore[no-un
     summary = operator().execute({"run_id": "manual__x"})  # the retry
     assert summary["group_id"] == 0 and summary["chunks"] == 10 and summary["rows"] == 200_000
     assert summary["tables"] == [table] and summary["min_hw"] == summary["max_hw"]
-    assert summary["group_label"] == g["group_label"] == f"{table} chunks 0–9"
+    assert summary["group_label"] == g["group_label"] == "group 0: 1 table, 10 chunks"
+    assert g["group_chunks"] == f"{table} chunks 0–9"
     ids = sink.read(table).column("id").to_pylist()
     assert len(ids) == len(set(ids)) == 200_000
 
