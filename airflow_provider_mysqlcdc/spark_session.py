@@ -40,6 +40,15 @@ REQUIRED_CONF: dict[str, str] = {
 }
 
 
+#: Spark loggers set to a level above their routine messages. ``ProcessingTimeExecutor`` warns
+#: "Current batch is falling behind" after every micro-batch longer than the trigger interval: the
+#: normal state of a stream catching up, which each batch's own log line shows (its seconds and lag).
+QUIET_SPARK_LOGGERS: dict[str, str] = {
+    "org.apache.spark.sql.execution.streaming.runtime.ProcessingTimeExecutor": "ERROR",
+    "org.apache.spark.sql.execution.streaming.ProcessingTimeExecutor": "ERROR",  # its name before Spark 4.1
+}
+
+
 def build_spark_session(
     app_name: str,
     master: str | None = "local[2]",
@@ -96,7 +105,23 @@ def build_spark_session(
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
     _warn_if_jvm_zone_is_not_utc(spark)
+    quiet_spark_loggers(spark)
     return spark
+
+
+def quiet_spark_loggers(spark: Any, levels: dict[str, str] | None = None) -> None:
+    """Set the log4j level of each of :data:`QUIET_SPARK_LOGGERS` (or ``levels``) in the driver JVM.
+
+    At run time, not by a log4j2 file: a cluster's own log4j configuration stays as it is, and only
+    these loggers change."""
+    try:
+        jvm = spark._jvm
+        for name, level in (levels or QUIET_SPARK_LOGGERS).items():
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                name, jvm.org.apache.logging.log4j.Level.toLevel(level)
+            )
+    except Exception as exc:  # Spark Connect, or a JVM without log4j-core: leave its logging alone
+        log.debug("could not set Spark's log levels: %s", exc)
 
 
 def _warn_if_jvm_zone_is_not_utc(spark: Any) -> None:

@@ -5,7 +5,9 @@ The comparison is made at one consistent point without stopping anything (docs/a
 
 1. open a consistent-snapshot transaction on the source; its binlog offset is O. Every chunk's
    row count and digest sum are computed there, by the server (``mysql/chunk_digests.py``);
-2. wait until the stream's checkpoint has reached O: the lake then holds every change up to O;
+2. wait until the stream's checkpoint has reached O: the lake then holds every change up to O. A
+   stream that is not running (stopped, failed, lost) fails this at once, before and while waiting,
+   with its state and the fix: its lake will not move;
 3. read each captured table from the lake, then the source's current end E: whatever the lake
    shows happened before E;
 4. read the binlog ``(O, E]`` for the tables: the keys changed there are *in flight* — the source
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +50,7 @@ from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.server import begin_consistent_snapshot, current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.control import checkpoint_offset
+from airflow_provider_mysqlcdc.stream.control import checkpoint_offset, stream_state, watch_condition
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +120,19 @@ def verify_pipeline(
     try:
         at = begin_consistent_snapshot(conn)
         at = BinlogOffset(at.file, at.pos)
+        _stream_reaches(store, manifest, at)  # a stream that is not running will not: say so now
         progress(f"source snapshot at {at}: computing chunk digests on the server for {len(names)} table(s)")
         plans = {t: DigestPlan.of(manifest.tables[t].source_schema) for t in names}
         splits = {t: _splits(manifest.tables[t]) for t in names}
         chunk_of = {t: ChunkLocator(splits[t], manifest.collations).indexes_of for t in names}
 
+        cancelled = threading.Event()
+
         def source_side() -> dict[str, list[ChunkDigest]]:
             out = {}
             for t in names:
+                if cancelled.is_set():
+                    raise VerifyError("cancelled")
                 out[t] = source_chunk_digests(conn, t, splits[t], plans[t], manifest.collations)
                 progress(f"{t}: {len(out[t])} chunks, {sum(d.rows for d in out[t]):,} rows at the source")
             timings["source_s"] = round(time.monotonic() - t0, 3)
@@ -133,7 +141,12 @@ def verify_pipeline(
         # The server computes its side while this process waits for the stream and digests the lake.
         with ThreadPoolExecutor(1, thread_name_prefix="verify-source") as pool:
             pending = pool.submit(source_side)
-            reached = _wait_for_stream(store, manifest, at, wait_timeout, progress)
+            try:
+                reached = _wait_for_stream(store, manifest, at, wait_timeout, progress)
+            except VerifyError:
+                cancelled.set()  # answer now, not once the server has digested every table
+                _kill_query(settings, conn.thread_id())
+                raise
             t1 = time.monotonic()
             lake = {t: sink.read(t) for t in names}
             with settings.connect() as probe:
@@ -188,18 +201,49 @@ def _bounds(split: Any) -> str:
 def _wait_for_stream(
     store: StateStore, manifest: Manifest, at: BinlogOffset, timeout: float, progress: Callable[[str], None]
 ) -> BinlogOffset:
+    """Block until the stream's checkpoint reaches ``at``; a :class:`VerifyError` as soon as the
+    stream is not running (it never will), or after ``timeout`` while it runs behind."""
     deadline = time.monotonic() + timeout
     while True:
-        reached = checkpoint_offset(store, manifest)
+        reached = _stream_reaches(store, manifest, at)
         if reached is not None and reached >= at:
             return reached
         if time.monotonic() > deadline:
             raise VerifyError(
-                f"the stream has not applied the source up to {at} within {timeout:.0f}s (its checkpoint is at "
-                f"{reached or 'nothing yet'}): is it running? Start it (trigger the DAG), or raise the timeout"
+                f"the stream runs but has not applied the source up to {at} within {timeout:.0f}s (its checkpoint is "
+                f"at {reached or 'nothing yet'}): it is behind. Look at its lag (mysqlcdc status) and verify again, "
+                "or raise the wait timeout"
             )
         progress(f"waiting for the stream to reach {at} (checkpoint at {reached or 'nothing yet'})")
         time.sleep(min(2.0, max(0.2, deadline - time.monotonic())))
+
+
+def _stream_reaches(store: StateStore, manifest: Manifest, at: BinlogOffset) -> BinlogOffset | None:
+    """The stream's checkpoint offset; a :class:`VerifyError` naming the fix if it is behind ``at`` and
+    the stream is not running: the lake will not move."""
+    reached = checkpoint_offset(store, manifest)
+    if reached is not None and reached >= at:
+        return reached
+    _, not_running = watch_condition(stream_state(store), None, None)
+    if not_running is None:
+        return reached
+    reached = checkpoint_offset(store, manifest)  # it may have reached `at` just before it stopped
+    if reached is not None and reached >= at:
+        return reached
+    raise VerifyError(
+        f"cannot verify: the lake stops at {reached or 'the snapshot'} (the stream's checkpoint), behind the source's "
+        f"{at}, and {not_running[0].lower()}{not_running[1:]}. Then verify again"
+    )
+
+
+def _kill_query(settings: ConnectionSettings, thread_id: int) -> None:
+    """Stop the server's work on a connection's running statement (the source digests of a verify
+    that gives up); best effort."""
+    try:
+        with settings.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"KILL QUERY {int(thread_id)}")
+    except Exception as exc:  # the query may have ended; the digests then finish on their own
+        log.debug("KILL QUERY %s: %s", thread_id, exc)
 
 
 def _changed_keys(

@@ -34,6 +34,11 @@ class RunRecord:
     error: str | None = None
     reload_id: str | None = None  # the hand-over the stream paused for
     reloaded: str | None = None  # the hand-over after which it restarted its query
+    # which process ``pid`` is, for readers on the same host: its start time (clock ticks since
+    # boot) tells it from a later process given the same pid, and the boot and pid namespace it ran
+    # in tell a container that only shares the host name (stream/control.py, ``driver_process``)
+    pid_start: int | None = None
+    pid_space: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def committed(self) -> BinlogOffset | None:
@@ -55,6 +60,10 @@ class RunRecord:
             out["reload_id"] = self.reload_id
         if self.reloaded is not None:
             out["reloaded"] = self.reloaded
+        if self.pid_start is not None:
+            out["pid_start"] = self.pid_start
+        if self.pid_space is not None:
+            out["pid_space"] = self.pid_space
         return out
 
     @classmethod

@@ -14,16 +14,21 @@ What it adds:
 * for local masters, the driver's and workers' Python = the Python running Airflow, which has this
   provider, pyarrow and deltalake installed (otherwise Spark picks a bare ``python3``);
 * ``spark-submit`` found next to this Python when it is not on ``PATH`` (pip installs it there);
-* a detached submit for the long-lived stream (see :meth:`MySqlCdcSparkSubmitHook.submit`).
+* a detached submit for the long-lived stream (see :meth:`MySqlCdcSparkSubmitHook.submit`);
+* spark-submit's output in the task log at each line's own level (the parent logs every line at
+  INFO, so a Spark ERROR reads like any other line): :class:`SparkLogLevels`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +126,61 @@ def job_jars(jars: str | None, master: str) -> str | None:
             )
         return DEFAULT_JDBC_JAR
     return jars or None
+
+
+_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+           "WARNING": logging.WARNING, "ERROR": logging.ERROR, "SEVERE": logging.ERROR, "FATAL": logging.CRITICAL,
+           "CRITICAL": logging.CRITICAL}  # fmt: skip
+_LEVEL_WORDS = "|".join(_LEVELS)
+#: A line with a level of its own: log4j's default layout (``26/11/27 21:29:15 WARN Utils: ...``) or
+#: Python logging's (``2026-11-27 21:29:19,787 ERROR name: ...``), Spark's JSON layout, a bare
+#: ``WARNING: ...`` (the JVM's, java.util.logging's second line), a job's ``error: ...``.
+_OWN_LEVEL = (
+    re.compile(r"^\d{2,4}[-/]\d{2}[-/]\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+(?:\[[^\]]*\]\s+)?"
+               rf"({_LEVEL_WORDS})\b"),
+    re.compile(r'^\{.*?"level"\s*:\s*"(\w+)"'),
+    re.compile(rf"^({_LEVEL_WORDS}):\s", re.IGNORECASE),
+)
+#: A line that belongs to the one before: a stack frame, a cause, a Python traceback, an exception.
+_CONTINUATION = re.compile(
+    r"^(at |Caused by|Suppressed|\.\.\. \d+ more|Traceback|File \"|[\w.$]+(Error|Exception|Throwable)\b)"
+)
+_METHODS = {logging.DEBUG: "debug", logging.INFO: "info", logging.WARNING: "warning", logging.ERROR: "error",
+            logging.CRITICAL: "critical"}  # fmt: skip
+
+
+class SparkLogLevels:
+    """The level of each line of spark-submit's output, line after line: the level the line itself
+    names; a stack-trace line takes the level of the line it belongs to; anything else is INFO."""
+
+    def __init__(self) -> None:
+        self.previous = logging.INFO
+
+    def of(self, line: str) -> int:
+        text = line.strip()
+        for pattern in _OWN_LEVEL:
+            m = pattern.match(text)
+            if m and m.group(1).upper() in _LEVELS:
+                self.previous = _LEVELS[m.group(1).upper()]
+                return self.previous
+        return self.previous if _CONTINUATION.match(text) else logging.INFO
+
+
+class _LevelledLines:
+    """The hook's logger while the parent logs spark-submit's output: a plain line logged at INFO goes
+    out at its own level (:class:`SparkLogLevels`); every other call is the logger's own."""
+
+    def __init__(self, logger: Any, levels: SparkLogLevels) -> None:
+        self._logger = logger
+        self._levels = levels
+
+    def info(self, msg: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not isinstance(msg, str):
+            return self._logger.info(msg, *args, **kwargs)
+        return getattr(self._logger, _METHODS[self._levels.of(msg)])(msg)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
 
 
 class MySqlCdcSparkSubmitHook(SparkSubmitHook):
@@ -232,6 +292,15 @@ class MySqlCdcSparkSubmitHook(SparkSubmitHook):
         env = {**os.environ, **{k: str(v) for k, v in (self._env or {}).items()}}  # as the parent's submit
         self._submit_sp = start_detached(cmd, env, self.detach_log, **kwargs)
         return None
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        """The parent's, with each line of spark-submit's output logged at its own level, not INFO."""
+        logger = self.log
+        self._log = _LevelledLines(logger, SparkLogLevels())
+        try:
+            super()._process_spark_submit_log(itr)
+        finally:
+            self._log = logger
 
     @property
     def process(self) -> subprocess.Popen | None:

@@ -25,7 +25,11 @@ import uuid
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, SCHEMA_CHANGE_POLICIES
+from airflow_provider_mysqlcdc.stream.driver_log import driver_log
+from airflow_provider_mysqlcdc.stream.launcher import DRIVER_LOG_ENV
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
+
+log = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +68,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="data files unreferenced for longer are deleted (keep above your longest read)")
     p.add_argument("--log-retention-hours", type=float, default=24.0, help="Delta log entries kept this long")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    with driver_log(os.environ.get(DRIVER_LOG_ENV)):  # before any thread: it forks (stream/driver_log.py)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    # this package at INFO; the libraries' INFO is noise in a driver log (py4j: a line per callback, and
+    # a traceback at INFO for every call the JVM did not answer once it is gone)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)  # fmt: skip
+    logging.getLogger("airflow_provider_mysqlcdc").setLevel(logging.INFO)
 
     from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
     from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
@@ -84,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     if not raw:
         msg = f"environment variable {args.source_env} with the source connection JSON is not set"
         recorder.write(state="failed", error=msg)
-        print(f"error: {msg}", flush=True)
+        log.error("the stream failed: %s", msg)
         return 1
     settings = ConnectionSettings.from_dict(json.loads(raw))
     spark = None
@@ -124,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         msg = explain_stream_failure(exc, store, driver_memory, lambda: _jvm_answers(spark))
         if recorder.record.state != "failed" or msg != str(exc):
             recorder.write(state="failed", error=msg)
-        print(f"error: {msg}", flush=True)
+        log.error("%s", _one_line(msg if msg.startswith("the stream failed") else f"the stream failed: {msg}"))
         return 1
     finally:
         if spark is not None:
@@ -134,6 +147,13 @@ def main(argv: list[str] | None = None) -> int:
                 pass
     print("MYSQLCDC_RESULT " + json.dumps({"stopped": True, "run_id": recorder.run_id}), flush=True)
     return 0
+
+
+def _one_line(msg: str, limit: int = 2000) -> str:
+    """A failure's message as one log line: its first line (a Java error's stack trace stays in the
+    run record, which ``mysqlcdc status`` shows)."""
+    first = msg.strip().splitlines()[0] if msg.strip() else msg
+    return first[:limit] + (" ..." if len(first) > limit or first != msg.strip() else "")
 
 
 #: How long a driver JVM that sent a Java error must go on answering to count as alive: one exiting
@@ -148,12 +168,12 @@ def _jvm_answers(spark: Any, grace: float = JVM_EXIT_GRACE_SECONDS) -> bool:
     ``explain_stream_failure``); False as soon as it does not."""
     if spark is None:
         return False
+    from airflow_provider_mysqlcdc.stream.job import jvm_answers
+
     deadline = time.monotonic() + grace
     while True:
         time.sleep(0.5)
-        try:
-            spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
-        except Exception:
+        if not jvm_answers(spark):
             return False
         if time.monotonic() >= deadline:
             return True

@@ -24,7 +24,8 @@ class MySqlCdcVerifyOperator(BaseOperator):
     :param sink_root: where the Delta tables are
     :param tables: captured tables to compare (default: all of them)
     :param enabled: False skips the task (the example DAG's ``verify`` param)
-    :param wait_timeout: seconds to wait for the stream to reach the source's position
+    :param wait_timeout: seconds to wait for a running stream to reach the source's position (a stream
+        that is not running fails the task at once, naming the fix)
     :param fail_on_difference: False records the report (XCom) without failing the task
     :param mysql_cdc_conn_id: the source connection (``mysql_cdc`` type)
     :param storage_conn_id: connection with the object-store credentials of the roots
@@ -67,7 +68,7 @@ class MySqlCdcVerifyOperator(BaseOperator):
         from airflow_provider_mysqlcdc.hooks.object_storage import ObjectStorageError, lake_storage
         from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
         from airflow_provider_mysqlcdc.state import StateStore
-        from airflow_provider_mysqlcdc.verify import verify_pipeline
+        from airflow_provider_mysqlcdc.verify import VerifyError, verify_pipeline
 
         if str(self.enabled).strip().lower() in ("false", "0", "no", "", "none"):
             raise AirflowSkipException("verify is off for this run (enable it with the verify param)")
@@ -81,8 +82,11 @@ class MySqlCdcVerifyOperator(BaseOperator):
         store = StateStore(self.state_root, self.pipeline_id, storage)
         sink = DeltaSink(self.sink_root, storage)
         settings = MySqlCdcHook(self.mysql_cdc_conn_id).settings
-        report = verify_pipeline(settings, store, sink, tables or None, wait_timeout=self.wait_timeout,
-                                 progress=self.log.info)  # fmt: skip
+        try:
+            report = verify_pipeline(settings, store, sink, tables or None, wait_timeout=self.wait_timeout,
+                                     progress=self.log.info)  # fmt: skip
+        except VerifyError as exc:  # a stream that is not running, nothing captured: a retry cannot help
+            raise AirflowFailException(str(exc)) from None
         for line in report.summary().splitlines():
             self.log.info("%s", line)
         if not report.ok and self.fail_on_difference:

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -37,11 +37,16 @@ from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, Bu
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses, ApplySpec
 from airflow_provider_mysqlcdc.stream.batch_progress import BatchProgress
+from airflow_provider_mysqlcdc.stream.batch_stop import stop_for_ddl
 from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.emptied_rows import removed_rows_changelog
 from airflow_provider_mysqlcdc.stream.maintenance_rounds import MaintenanceRounds
 from airflow_provider_mysqlcdc.stream.options import StreamOptions
-from airflow_provider_mysqlcdc.stream.schema_follow import StreamSchemaError, stop_before_unfollowed_ddl
+from airflow_provider_mysqlcdc.stream.schema_follow import (
+    SchemaChangeReached,
+    StreamSchemaError,
+    stop_before_unfollowed_ddl,
+)
 from airflow_provider_mysqlcdc.stream.staged_blocks import read_staged_blocks, remove_batch
 from airflow_provider_mysqlcdc.stream.table_apply import TableChangeApplier
 
@@ -68,8 +73,11 @@ class BatchApplier:
         staging: str | None = None,
         checkpoint: CheckpointCopy | None = None,
         processes: ApplyProcesses | None = None,
+        on_ddl: Callable[[], None] | None = None,
     ):
         self.store = store
+        # asks the query loop to stop the query when a batch meets an unfollowed DDL (stream/batch_stop.py)
+        self.on_ddl = on_ddl
         self.checkpoint = checkpoint
         self.sink = sink
         sink.rewrite_below_bytes = (options or StreamOptions()).rewrite_below_mb << 20
@@ -103,9 +111,14 @@ class BatchApplier:
         t0 = time.monotonic()
         if self.checkpoint is not None:  # the batch's offsets reach the store before any Delta commit
             self.checkpoint.push()
-        with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
-            data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
-            self.apply_arrow(data, batch_id, t0, progress, read_seconds=time.monotonic() - t0)
+        try:
+            with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
+                data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
+                self.apply_arrow(data, batch_id, t0, progress, read_seconds=time.monotonic() - t0)
+        except SchemaChangeReached as reached:  # nothing applied: stop the query quietly, the batch runs again
+            if self.on_ddl is None:
+                raise
+            stop_for_ddl(batch_df.sparkSession._jvm, self.on_ddl, reached)
         self.maintain_if_due()
 
     def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:

@@ -55,6 +55,44 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (None: no such process, or no /proc).
+    A later process given the same pid has another start."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_space() -> str | None:
+    """This process's boot and pid namespace (None: no /proc): two processes with the same value see
+    the same pids. Two containers may share a host name, never this."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f"{f.read().strip()}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return None
+
+
+def driver_on_this_host(run: RunRecord) -> bool:
+    """Whether the driver's pid can be checked here: same host name and, when both are known, the
+    same boot and pid namespace."""
+    if not run.pid or run.host != socket.gethostname():
+        return False
+    here = process_space()
+    return run.pid_space is None or here is None or run.pid_space == here
+
+
+def driver_process_alive(run: RunRecord) -> bool:
+    """Whether the driver's process (on this host: :func:`driver_on_this_host`) still runs."""
+    pid = int(run.pid or 0)
+    if not pid or not _pid_alive(pid):
+        return False
+    started = process_start(pid)
+    return run.pid_start is None or started is None or started == run.pid_start
+
+
 class StreamRunRecorder:
     """Written by the stream's driver: the run record and heartbeat, and the stop-request check."""
 
@@ -63,7 +101,8 @@ class StreamRunRecorder:
         self.run_id = run_id
         self.started_at = time.time()
         self.record = RunRecord(
-            run_id, "starting", os.getpid(), socket.gethostname(), self.started_at, self.started_at, None, None
+            run_id, "starting", os.getpid(), socket.gethostname(), self.started_at, self.started_at,
+            pid_start=process_start(os.getpid()), pid_space=process_space(),
         )
         self._last_beat = 0.0
 
@@ -73,8 +112,11 @@ class StreamRunRecorder:
         self.store.write_run(self.record)
         self._last_beat = time.monotonic()
 
+    def heartbeat_due(self) -> bool:
+        return time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS
+
     def heartbeat(self, committed: BinlogOffset | None, force: bool = False) -> None:
-        if force or time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
+        if force or self.heartbeat_due():
             self.write(committed_offset=None if committed is None else committed.to_dict())
 
     def reload_requested(self) -> ReloadRequest | None:
@@ -93,8 +135,15 @@ class StreamRunRecorder:
         return (req.run_id in (None, self.run_id)) and req.requested_at >= self.started_at - 5
 
 
+#: What brings a stream that is not running back (docs/architecture.md, "Liveness").
+RESTART_FIX = "re-run the DAG: its stream task restarts the stream from its checkpoint (nothing is lost)"
+
+
 def stream_state(store: StateStore) -> dict[str, Any]:
-    """What is known about the pipeline's stream: alive or not, why, its offsets and last batch."""
+    """What is known about the pipeline's stream: alive or not, why, its offsets and last batch.
+
+    A stream that is not running has no lag (``lag_seconds`` None: the last batch's lag says nothing
+    about a lake that no longer moves); ``last_batch_age_seconds`` says how old the last report is."""
     found_run = store.read_run()
     run = found_run or RunRecord()
     status = store.read_status()
@@ -102,18 +151,9 @@ def stream_state(store: StateStore) -> dict[str, Any]:
     now = time.time()
     state = run.state
     age = None if found_run is None else round(now - run.heartbeat_at, 1)
-    running = found_run is not None and state in LIVE_STATES and age is not None and age < STALE_AFTER_SECONDS
-    local = run.host == socket.gethostname() and bool(run.pid)
-    reason = None
-    if found_run is not None and state in LIVE_STATES and not running:
-        if local and _pid_alive(int(run.pid or 0)):
-            # A starved machine can delay heartbeats (a long query stop under load): a driver whose
-            # process is alive is not declared lost, or the next run would start a second stream.
-            running = True
-        else:
-            reason = f"no heartbeat for {age:.0f}s (the driver died without recording it)"
-    if running and local and not _pid_alive(int(run.pid or 0)):
-        running, reason = False, f"driver process {run.pid} on this host is gone"
+    running, reason = False, None
+    if found_run is not None and state in LIVE_STATES:
+        running, reason = _liveness(run, age or 0.0)
     if reason:
         from airflow_provider_mysqlcdc.stream.failure import explain_lost_driver
 
@@ -125,8 +165,10 @@ def stream_state(store: StateStore) -> dict[str, Any]:
         explained = None if found is None else explain_driver_log_error(found, status)
         if explained and not names_dead_jvm(run.error):
             reason = explained
-        elif found and found not in (reason or "") and found not in str(run.error or ""):
-            reason = f"{reason or run.error or 'the stream died'} — last error in its driver log: {found}"
+        elif found and state == "failed" and found not in str(run.error or ""):
+            # a driver that vanished without a word (lost) leaves only its JVM's consequences in the log
+            reason = f"{run.error or 'the stream failed'} — last error in its driver log: {found}"
+    reported = status.batch.get("updated_at")
     return {
         "running": running,
         "state": state if running or state not in LIVE_STATES else "lost",
@@ -134,15 +176,35 @@ def stream_state(store: StateStore) -> dict[str, Any]:
         "run_id": run.run_id,
         "pid": run.pid,
         "host": run.host,
+        "on_this_host": found_run is not None and driver_on_this_host(run),
         "started_at": run.started_at,
         "heartbeat_age_seconds": age,
         "committed_offset": run.committed_offset,
         "last_batch": status.last_batch(),
         "current_batch": status.current_batch,
-        "lag_seconds": status.lag_seconds,
+        "lag_seconds": status.lag_seconds if running else None,
+        "last_batch_age_seconds": None if not reported else round(now - float(reported), 1),
         "log_path": handle.log_path,
         "launcher_pid": handle.launcher_pid,
     }
+
+
+def _liveness(run: RunRecord, age: float) -> tuple[bool, str | None]:
+    """(running, why not) for a run record that says its stream lives (docs/architecture.md, "Liveness").
+
+    A driver on this host is exactly as alive as its process: a killed one is lost at once, and one
+    whose process lives is never declared lost for a late heartbeat (a starved machine delays them;
+    declaring it lost would start a second stream). Elsewhere the heartbeat is all there is."""
+    if driver_on_this_host(run):
+        if driver_process_alive(run):
+            return True, None
+        return False, f"its driver process {run.pid} on this host is gone without a word (heartbeat {age:.0f}s ago)"
+    if age < STALE_AFTER_SECONDS:
+        return True, None
+    return False, (
+        f"its driver on {run.host} sent no heartbeat for {age:.0f}s (lost after {STALE_AFTER_SECONDS:.0f}s) and "
+        "recorded nothing"
+    )
 
 
 def request_stop(store: StateStore, timeout: float = 300.0, force_after_timeout: bool = True) -> dict[str, Any]:
@@ -177,7 +239,7 @@ def request_stop(store: StateStore, timeout: float = 300.0, force_after_timeout:
 
 
 def _force_stop(st: dict[str, Any]) -> None:
-    if st.get("host") != socket.gethostname():
+    if not st.get("on_this_host"):  # its pids are not this machine's (or this container's) to signal
         raise TimeoutError(
             f"the stream (run {st.get('run_id')}) on host {st.get('host')} did not stop within the timeout; stop its "
             "Spark application with your cluster's tools (yarn application -kill / kubectl delete pod)"
@@ -302,10 +364,10 @@ def watch_condition(
     offset reached ``target`` (when given) and the lag is at most ``max_lag_seconds`` (when given)."""
     if not state["running"]:
         return False, (
-            f"the stream is not running (state {state['state']}"
+            f"the stream is not running (state {state['state'] or 'never started'}"
             + (f": {state['reason']}" if state.get("reason") else "")
-            + "); see its driver log"
-            + (f" {state['log_path']}" if state.get("log_path") else "")
+            + f"). {RESTART_FIX[0].upper()}{RESTART_FIX[1:]}"
+            + (f"; its driver log: {state['log_path']}" if state.get("log_path") else "")
         )
     if target is not None:
         committed = state.get("committed_offset")
@@ -336,6 +398,13 @@ def wait_until_applied(store: StateStore, target: BinlogOffset, timeout: float =
         time.sleep(0.5)
 
 
+def _fix(st: dict[str, Any]) -> str | None:
+    """What to do about a stream that is not running (None while it runs)."""
+    if st["running"] or st["state"] is None:
+        return None
+    return ("fix what stream_reason says, then " if st["state"] == "failed" else "") + RESTART_FIX
+
+
 def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None) -> dict[str, Any]:
     """One JSON-able picture of the pipeline: stream state, offsets, lag, each table's phase."""
     st = stream_state(store)
@@ -344,7 +413,7 @@ def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None
     ckpt = checkpoint_offset(store, manifest)
     tables: dict[str, str] = {}
     for t in manifest.tables if manifest else {}:
-        tables[t] = "streaming" if st["running"] else "captured (stream stopped)"
+        tables[t] = "streaming" if st["running"] else f"captured (stream {st['state'] or 'not started'})"
     if pointer is not None and not pointer.finalized:
         for t in pointer.tables:
             tables[t] = "snapshotting"
@@ -357,11 +426,14 @@ def pipeline_status(store: StateStore, server_offset: BinlogOffset | None = None
         "stream_running": st["running"],
         "stream_state": st["state"],
         "stream_reason": st["reason"],
+        "stream_fix": _fix(st),
         "run_id": st["run_id"],
         "committed_offset": committed,
         "server_offset": None if server_offset is None else server_offset.to_dict(),
         "behind_server": behind,
+        # None when the stream is not running and behind (or the source unknown): see stream_state
         "lag_seconds": 0.0 if behind is False else st["lag_seconds"],
+        "last_batch_age_seconds": st["last_batch_age_seconds"],
         "heartbeat_age_seconds": st["heartbeat_age_seconds"],
         "last_batch": st["last_batch"],
         # a long micro-batch (a huge transaction): its offsets, binlog bytes, phase, rows decoded so far

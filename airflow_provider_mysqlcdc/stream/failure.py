@@ -9,6 +9,7 @@ is large), so the failure can say which batch killed the stream and what to rais
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -127,48 +128,63 @@ def explain_driver_log_error(line: str, status: StreamStatus | None) -> str | No
 
 
 def explain_lost_driver(reason: str, status: StreamStatus | None) -> str:
-    """``stream_state``'s reason for a driver that vanished, with the batch it was running."""
+    """``stream_state``'s reason for a driver that vanished without a word, with the batch it was
+    running and what most likely ended it."""
     current = None if status is None else status.current_batch
     if not current:
-        return reason
+        return f"{reason}: it was killed (kill -9, or the system for memory: see dmesg) or crashed"
     return (
-        f"{reason} while running {describe_batch(current)}: if the system killed it for memory (dmesg: 'Out of "
+        f"{reason}, while running {describe_batch(current)}: if the system killed it for memory (dmesg: 'Out of "
         "memory: Killed process'), lower apply_memory_mb or give the driver more memory; the stream restarts "
         "from its checkpoint"
     )
 
 
 _LOG_ERROR_MARKS = ("OutOfMemoryError", "Terminating due to", "error: ", "Error: ", "Exception: ", "Killed")
+#: The driver's own last words (``jobs/stream.py`` logs why it stopped as one ERROR line).
+_OWN_ERROR = re.compile(r" (ERROR|CRITICAL) airflow_provider_mysqlcdc[\w.]*: ")
+#: Driver log lines that are never why a stream died: py4j saying the other side of the gateway went
+#: away (a symptom of a dead driver process or JVM), and a batch stopping before a DDL (routine).
+_NOT_A_CAUSE = ("py4j", "Python Proxy", "Received empty command", "Answer from Java side is empty",
+                "Error while sending a command", "Error while obtaining a new communication channel",
+                "SchemaChangeReached", "StoppedBeforeDdl")  # fmt: skip
+#: Spark's shutdown hook starts: whatever the JVM logs after it is a consequence of its exit.
+_JVM_EXITING = "Invoking stop() from shutdown hook"
 #: Driver log lines that say the JVM ran out of memory (heap, or the direct memory Arrow allocates).
 _MEMORY_MARKS = ("OutOfMemoryError", "OutOfMemoryException", "OutOfDirectMemoryError")
 
 
 def last_error_in_log(path: str, tail_bytes: int = 256 * 1024) -> str | None:
     """The line of a driver log that looks like the error that ended it (None if none): the last
-    one saying the JVM ran out of memory, else the last error line.
+    one saying the JVM ran out of memory, else the driver's own last ERROR line (why it stopped, in
+    its words), else the last error line before the JVM began to exit.
 
     A driver killed from outside (the OOM killer, ``kill -9``) records nothing itself; its log on
     this host often still says why (the JVM's ``Terminating due to java.lang.OutOfMemoryError``).
     An out-of-memory error wins over the errors after it, which are its consequences (a broken
-    pipe to a Python worker, a missing broadcast block).
+    pipe to a Python worker, a missing broadcast block); py4j's complaints about a vanished peer and
+    what Spark logs while its shutdown hook stops it are consequences too, never quoted.
     """
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
             f.seek(max(0, size - tail_bytes))
-            lines = f.read().decode("utf-8", "replace").splitlines()
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines()]
     except OSError:
         return None
-    last = None
-    for line in reversed(lines):
-        text = line.strip()
-        if not text or text.startswith("at ") or not any(m in text for m in (*_LOG_ERROR_MARKS, *_MEMORY_MARKS)):
-            continue
-        if any(m in text for m in _MEMORY_MARKS):
+    lines = [ln for ln in lines if ln and not ln.startswith("at ")]
+    memory = [ln for ln in lines if any(m in ln for m in _MEMORY_MARKS)]
+    if memory:
+        return memory[-1][:400]
+    own = [ln for ln in lines if _OWN_ERROR.search(ln)]
+    if own:
+        return own[-1][:400]
+    exiting = next((i for i in range(len(lines) - 1, -1, -1) if _JVM_EXITING in lines[i]), len(lines))
+    for text in reversed(lines[:exiting]):
+        if any(m in text for m in _LOG_ERROR_MARKS) and not any(m.lower() in text.lower() for m in _NOT_A_CAUSE):
             return text[:400]
-        last = last or text[:400]
-    return last
+    return None
 
 
 __all__ = [

@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.state import MANIFEST, StateStore
 from airflow_provider_mysqlcdc.storage import is_local
 from airflow_provider_mysqlcdc.stream.applier import BatchApplier
 from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses, processes_for
+from airflow_provider_mysqlcdc.stream.batch_stop import quiet_routine_stops
 from airflow_provider_mysqlcdc.stream.checkpoint_copy import CheckpointCopy
 from airflow_provider_mysqlcdc.stream.control import (
     PAUSE_TIMEOUT_SECONDS,
@@ -60,8 +61,9 @@ def run_stream(
     stop_event: threading.Event | None = None,
 ) -> None:
     """Run the stream until stopped, following schema changes: a batch that meets an ALTER TABLE
-    fails before applying anything, the Delta table and manifest follow the ALTER, and the query
-    restarts from its checkpoint (the same batch again, decoded with the new schema). A hand-over
+    stops the query before applying anything (as a stop, not an error: ``stream/batch_stop.py``),
+    the Delta table and manifest follow the ALTER, and the query restarts from its checkpoint (the
+    same batch again, decoded with the new schema). A hand-over
     (tables added or re-snapshotted: ``pipeline.finalize_run``) pauses the query and restarts it with
     the new manifest in the same Spark application."""
     stop_event = stop_event or threading.Event()  # one event: signals reach a paused stream too
@@ -89,18 +91,21 @@ def _run_queries(spark: Any, settings: ConnectionSettings, store: StateStore, si
         if store.exists(SCHEMA_CHANGE):  # a crash after a batch met a DDL: follow it first
             follow_schema_change(store, sink, settings, policy)
         checkpoint = checkpoint_copy(store, options)
-        query = start_stream(spark, settings, store, sink, options, checkpoint, processes)
+        met_ddl = threading.Event()  # set by a batch that met a DDL to follow (stream/batch_stop.py)
+        query = start_stream(spark, settings, store, sink, options, checkpoint, processes, on_ddl=met_ddl.set)
         try:
-            why = run_until_stopped(query, stop_event, recorder)
+            why = run_until_stopped(query, stop_event, recorder, met_ddl)
         except RuntimeError:
             _close(checkpoint)
             if not store.exists(SCHEMA_CHANGE):
                 raise
         else:
             _close(checkpoint)  # the last commit marker is in the store before a hand-over reads it
-            if why == "reload" and recorder is not None and hold_for_handover(recorder, stop_event):
+            if why == "reload" and recorder is not None and hold_for_handover(recorder, stop_event,
+                                                                                lambda: jvm_answers(spark)):
                 continue  # the hand-over is done: the same application runs the new manifest
-            return
+            if why != "schema change":
+                return
         try:
             tables = follow_schema_change(store, sink, settings, policy)
         except StreamSchemaError as exc:
@@ -108,6 +113,15 @@ def _run_queries(spark: Any, settings: ConnectionSettings, store: StateStore, si
                 recorder.write(state="failed", error=str(exc))
             raise
         log.info("schema of %s followed; restarting the stream from its checkpoint", tables)
+
+
+def jvm_answers(spark: Any) -> bool:
+    """Whether the driver JVM still answers a trivial call (a paused stream touches it no other way)."""
+    try:
+        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
+    except Exception:
+        return False
+    return True
 
 
 def checkpoint_copy(store: StateStore, options: StreamOptions | None = None) -> CheckpointCopy | None:
@@ -137,11 +151,14 @@ def start_stream(
     options: StreamOptions | None = None,
     checkpoint: CheckpointCopy | None = None,
     processes: ApplyProcesses | None = None,
+    on_ddl: Callable[[], None] | None = None,
 ) -> Any:
     """Start the streaming query from the manifest in the state store (or its checkpoint).
 
     With an object-store state store the query checkpoints to ``checkpoint`` (made here if not
-    given), whose new files every micro-batch copies into the store before it applies anything."""
+    given), whose new files every micro-batch copies into the store before it applies anything.
+    ``on_ddl``: a batch that meets a DDL to follow calls it and waits to be stopped by the caller
+    (``stream/batch_stop.py``); without it, such a batch fails the query."""
     from airflow_provider_mysqlcdc.sinks.delta_small_table import prime_table_state
     from airflow_provider_mysqlcdc.stream.spark_source import register
 
@@ -176,7 +193,9 @@ def start_stream(
         reader = reader.option("storage", store.storage.to_json())
     for k, v in opts.source_options().items():
         reader = reader.option(k, v)
-    applier = BatchApplier(store, sink, manifest, opts, staging, checkpoint, processes)
+    if on_ddl is not None:
+        quiet_routine_stops()
+    applier = BatchApplier(store, sink, manifest, opts, staging, checkpoint, processes, on_ddl)
     if processes is not None:  # each process loads the state of the tables it owns
         units: dict[str, list[str]] = defaultdict(list)
         for t in loaded:
@@ -234,19 +253,24 @@ def wait_until_caught_up(query: Any, target: BinlogOffset, timeout: float = 300.
 RELOAD_GRACE_SECONDS = 10.0
 
 
-def stop_gracefully(query: Any, timeout: float = 120.0, beat: Callable[[], None] | None = None) -> None:
+def stop_gracefully(
+    query: Any, timeout: float = 120.0, beat: Callable[[], None] | None = None, now: threading.Event | None = None
+) -> None:
     """Stop once the running micro-batch has finished (or none runs), at most ``timeout`` later.
 
     A busy stream starts the next batch as soon as one ends, so there may be no idle moment to
     wait for: stopping right after a batch completes interrupts at most the first moments of the
     next one. Either way nothing is lost or applied twice (the offsets of a batch are logged before
     it runs, and its Delta commit carries the batch id). ``beat`` runs while waiting (the run
-    record's heartbeat: a busy stream must not look dead meanwhile).
+    record's heartbeat: a busy stream must not look dead meanwhile); ``now`` set ends the wait (a
+    batch that met a DDL waits for the stop itself).
     """
     deadline = time.monotonic() + timeout
     running = _last_batch_id(query)
     while query.isActive and time.monotonic() < deadline:
         if not query.status.get("isTriggerActive", False) or _last_batch_id(query) != running:
+            break
+        if now is not None and now.is_set():
             break
         if beat is not None:
             beat()
@@ -260,11 +284,14 @@ def _last_batch_id(query: Any) -> int | None:
 
 
 def run_until_stopped(
-    query: Any, stop_event: threading.Event | None = None, recorder: StreamRunRecorder | None = None
+    query: Any, stop_event: threading.Event | None = None, recorder: StreamRunRecorder | None = None,
+    met_ddl: threading.Event | None = None,
 ) -> str:
     """Block while the query runs; stop it gracefully on SIGTERM/SIGINT, ``stop_event``, a stop
-    request or a hand-over request. Returns ``"reload"`` for a hand-over (the caller holds the
-    stream paused, then restarts the query), else ``"stopped"``.
+    request or a hand-over request, and at once when a batch sets ``met_ddl`` (it waits for the
+    stop: ``stream/batch_stop.py``). Returns ``"reload"`` for a hand-over (the caller holds the
+    stream paused, then restarts the query), ``"schema change"`` for a DDL (the caller follows it,
+    then restarts the query), else ``"stopped"``.
 
     With a ``recorder`` the driver heartbeats its run record into the state store and honours
     ``mysqlcdc stop`` / the stop operator's request and hand-overs (:mod:`stream.control`).
@@ -282,6 +309,8 @@ def run_until_stopped(
     why = "signal"
     while query.isActive and not stop.is_set():
         stop.wait(1.0)
+        if met_ddl is not None and met_ddl.is_set():
+            break
         if recorder is not None:
             recorder.heartbeat(committed_offset(query))
             if recorder.stop_requested():
@@ -292,13 +321,17 @@ def run_until_stopped(
                 why = "reload"
                 recorder.record.reload_id = req.reload_id
                 break
+    if met_ddl is not None and met_ddl.is_set():  # a batch waits for this stop; the stream goes on
+        why = "schema change"
     try:
-        if query.isActive:
+        if why == "schema change":
+            query.stop()  # Spark takes it for a stop: the waiting batch is not committed, and runs again
+        elif query.isActive:
             log.info("stopping stream gracefully (%s)", why)
             if recorder is not None:
                 recorder.write(state="stopping")
             beat = None if recorder is None else (lambda: recorder.heartbeat(committed_offset(query)))
-            stop_gracefully(query, RELOAD_GRACE_SECONDS if why == "reload" else 120.0, beat)
+            stop_gracefully(query, RELOAD_GRACE_SECONDS if why == "reload" else 120.0, beat, met_ddl)
         exc = query.exception()
         if exc is not None:
             raise RuntimeError(f"the stream failed: {exc}")
@@ -309,20 +342,25 @@ def run_until_stopped(
             else:
                 recorder.write(state="failed", error=str(exc), committed_offset=_offset_dict(committed_offset(query)))
         raise
-    if why == "reload":
-        return "reload"
+    if why in ("reload", "schema change"):
+        return why
     if recorder is not None:
         recorder.write(state="stopped", committed_offset=_offset_dict(committed_offset(query)))
     return "stopped"
 
 
-def hold_for_handover(recorder: StreamRunRecorder, stop_event: threading.Event | None = None) -> bool:
+def hold_for_handover(
+    recorder: StreamRunRecorder, stop_event: threading.Event | None = None, alive: Callable[[], bool] | None = None
+) -> bool:
     """Stay paused (query stopped, Spark application up) until the hand-over is ready; True to resume.
 
     The process that asked for the pause (``pipeline.finalize_run``) reads the committed offset
     recorded here, swaps tables and writes the new manifest, then marks the request ready. A stop
     request, a signal, or a hand-over that never completes (:data:`PAUSE_TIMEOUT_SECONDS`) stops
-    the stream instead; the checkpoint is at a batch boundary either way.
+    the stream instead; the checkpoint is at a batch boundary either way. ``alive`` (the driver JVM
+    answers) is asked before each heartbeat: a paused driver touches the JVM no other way, and must
+    not heartbeat "paused" for a JVM that is gone (a ConnectionRefusedError instead: the job records
+    the failure, naming the JVM).
     """
     store = recorder.store
     reload_id = recorder.record.reload_id
@@ -346,6 +384,9 @@ def hold_for_handover(recorder: StreamRunRecorder, stop_event: threading.Event |
                            "without it completing: the run that asked for it failed; re-run the DAG to restart "
                            "the stream")  # fmt: skip
             return False
+        if alive is not None and recorder.heartbeat_due() and not alive():
+            raise ConnectionRefusedError(f"the Spark driver JVM stopped answering while the stream was paused for "
+                                         f"hand-over {reload_id}")  # fmt: skip
         recorder.heartbeat(ckpt)
         stop.wait(0.2)
 

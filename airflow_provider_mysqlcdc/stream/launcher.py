@@ -23,6 +23,11 @@ from airflow_provider_mysqlcdc.state import StateStore
 
 log = logging.getLogger(__name__)
 
+#: Names the driver log of a detached launch to the job, which writes its own lines straight into it
+#: (``jobs/stream.py``): spark-submit pipes the Python driver's output through the JVM, so what it
+#: says after the JVM died (why it stops) would be lost.
+DRIVER_LOG_ENV = "MYSQLCDC_DRIVER_LOG"
+
 
 class StreamLaunchError(RuntimeError):
     """The stream did not start; the message carries the driver's error or its log's last lines."""
@@ -61,7 +66,7 @@ def start_detached(cmd: list[str], env: dict[str, str], log_path: str, **popen_k
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={**env, DRIVER_LOG_ENV: log_path},
             start_new_session=True,
             close_fds=True,
             **popen_kwargs,

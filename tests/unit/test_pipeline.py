@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.stream.control import (
     STOP_REQUEST,
     StreamRunRecorder,
     checkpoint_offset,
+    pipeline_status,
     request_stop,
     stream_state,
     watch_condition,
@@ -111,12 +112,55 @@ def test_stream_state_and_watch_condition(tmp_path: Path) -> None:
     assert st["running"] and st["heartbeat_age_seconds"] > 3000  # ...unless its process lives on this host
     store.write_json(RUN, {**run, "host": "another-host"})
     st = stream_state(store)
-    assert st["running"] is False and st["state"] == "lost" and "no heartbeat" in st["reason"]
+    assert st["running"] is False and st["state"] == "lost" and "sent no heartbeat for 3600s" in st["reason"]
     dead = subprocess.Popen(["true"])
     dead.wait()
     store.write_json(RUN, {**run, "pid": dead.pid})
     st = stream_state(store)
-    assert st["running"] is False and st["state"] == "lost" and "no heartbeat" in st["reason"]
+    assert st["running"] is False and st["state"] == "lost"
+    assert f"process {dead.pid} on this host is gone" in st["reason"]
+
+
+def test_a_driver_on_this_host_is_as_alive_as_its_own_process(tmp_path: Path) -> None:
+    """The pid check knows the process, not just the number: a later process given the same pid, or
+    a container that only shares the host name, is not the driver."""
+    store = StateStore(str(tmp_path), "p")
+    rec = StreamRunRecorder(store, "r1")
+    rec.write(state="running")
+    run = store.read_json(RUN)
+    assert run["pid_start"] and run["pid_space"]  # recorded by the driver
+    assert stream_state(store)["running"]
+    store.write_json(RUN, {**run, "pid_start": run["pid_start"] - 1})  # another process with this pid
+    st = stream_state(store)
+    assert st["state"] == "lost" and f"driver process {os.getpid()} on this host is gone" in st["reason"]
+    elsewhere = {**run, "pid_space": "another-boot/pid:[1]", "heartbeat_at": time.time() - 3600}
+    store.write_json(RUN, elsewhere)  # same host name, another machine or pid namespace: the heartbeat rule
+    st = stream_state(store)
+    assert st["state"] == "lost" and "sent no heartbeat for 3600s" in st["reason"]
+    store.write_json(RUN, {**elsewhere, "heartbeat_at": time.time()})
+    assert stream_state(store)["running"]
+
+
+def test_a_stream_that_is_not_running_has_no_lag(tmp_path: Path) -> None:
+    """The last batch's lag says nothing about a lake that no longer moves: null, with the age of the
+    last batch instead, and what to do."""
+    store = StateStore(str(tmp_path), "p")
+    rec = StreamRunRecorder(store, "r1")
+    rec.write(state="running", committed_offset={"file": "b.000001", "pos": 50})
+    store.write_json("stream/status.json", {"batch_id": 3, "lag_seconds": 1.25, "updated_at": time.time() - 90})
+    st = stream_state(store)
+    assert st["lag_seconds"] == 1.25 and 89 <= st["last_batch_age_seconds"] <= 95
+    status = pipeline_status(store, BinlogOffset("b.000001", 900))
+    assert status["lag_seconds"] == 1.25 and status["stream_fix"] is None
+    rec.write(state="stopped")
+    st = stream_state(store)
+    assert st["lag_seconds"] is None and st["last_batch_age_seconds"] >= 89
+    status = pipeline_status(store, BinlogOffset("b.000001", 900))
+    assert status["behind_server"] is True and status["lag_seconds"] is None
+    assert status["stream_state"] == "stopped" and "re-run the DAG" in status["stream_fix"]
+    assert pipeline_status(store, BinlogOffset("b.000001", 50))["lag_seconds"] == 0.0  # stopped, nothing to apply
+    rec.write(state="failed", error="binlog purged")
+    assert pipeline_status(store)["stream_fix"].startswith("fix what stream_reason says, then re-run the DAG")
 
 
 def test_stop_request_is_seen_only_by_its_run(tmp_path: Path) -> None:

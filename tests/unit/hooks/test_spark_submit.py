@@ -177,3 +177,38 @@ def test_a_detached_stream_in_cluster_mode_only_submits(monkeypatch: pytest.Monk
     assert "spark.kubernetes.submission.waitAppCompletion=false" in _opts(hook.spark_submit_command("a.py"), "--conf")
     attached = MySqlCdcSparkSubmitHook(conf=conf)
     assert not any("waitAppCompletion" in c for c in _opts(attached.spark_submit_command("a.py"), "--conf"))
+
+
+class _Logger:
+    """Stands for the hook's logger: records (method, message) of each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def __getattr__(self, method: str):  # type: ignore[no-untyped-def]
+        return lambda msg, *args, **kwargs: self.calls.append((method, msg % args if args else msg))
+
+
+def test_spark_submit_output_keeps_each_lines_level() -> None:
+    """The parent logs every line of spark-submit's output at INFO; a Spark ERROR must stay an error
+    in the task log, with its stack trace, and Python logging's lines keep theirs too."""
+    hook = MySqlCdcSparkSubmitHook(jars="")
+    logger = hook._log = _Logger()
+    hook._process_spark_submit_log(iter([
+        "26/11/27 21:29:15 INFO Executor: Fetching spark://192.0.2.2:34099/jars/mariadb-java-client.jar\n",
+        "26/11/27 21:30:38 WARN TaskSetManager: Lost task 0.0 in stage 1.0: 50% done\n",
+        "26/11/27 21:30:39 ERROR MicroBatchExecution: Query q terminated with error\n",
+        "java.lang.IllegalStateException: boom\n",
+        "\tat org.apache.spark.Foo.bar(Foo.scala:1)\n",
+        "Caused by: java.io.IOException: disk full\n",
+        "2026-11-27 21:30:40,001 INFO airflow_provider_mysqlcdc.stream.job: stream p started\n",
+        "2026-11-27 21:30:41,002 ERROR airflow_provider_mysqlcdc.jobs.stream: the stream failed: boom\n",
+        "[Stage 0:>                                                          (0 + 1) / 5]\n",
+        "error: environment variable MYSQLCDC_SOURCE with the source connection JSON is not set\n",
+        "MYSQLCDC_RESULT {\"stopped\": true}\n",
+    ]))  # fmt: skip
+    assert [m for m, _ in logger.calls] == [
+        "info", "warning", "error", "error", "error", "error", "info", "error", "info", "error", "info",
+    ]  # fmt: skip
+    assert logger.calls[1][1].endswith("50% done")  # a line is logged as it is, never %-formatted
+    assert hook.log is logger  # the hook's own logger again afterwards

@@ -63,7 +63,8 @@ def test_a_driver_gone_mid_batch_says_which_batch(tmp_path) -> None:  # type: ig
                            "heartbeat_at": time.time()})  # fmt: skip
     st = stream_state(store)
     assert not st["running"] and st["state"] == "lost"
-    assert "is gone while running batch 7" in st["reason"] and "apply_memory_mb" in st["reason"]
+    assert f"driver process {dead.pid} on this host is gone" in st["reason"]
+    assert "while running batch 7" in st["reason"] and "apply_memory_mb" in st["reason"]
     assert st["current_batch"]["batch_id"] == 7 and st["last_batch"] == {"batch_id": 6}
 
 
@@ -154,3 +155,32 @@ def test_a_driver_log_out_of_memory_names_the_batch_when_the_driver_could_not(tm
     assert "Spark driver JVM went away in batch 7" in reason and "OutOfDirectMemoryError" in reason, reason
     log.write_text("RuntimeError: the stream failed: a query error\n")
     assert "JVM went away" not in stream_state(store)["reason"]
+
+
+def test_the_last_error_is_never_py4j_or_the_jvms_shutdown_noise(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A killed Python driver leaves its JVM complaining that py4j's peer went away and failing as it
+    shuts down: consequences, not the cause. The driver's own last ERROR line, when there is one, is."""
+    from airflow_provider_mysqlcdc.stream.failure import last_error_in_log
+
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "26/11/27 21:00:00 INFO MicroBatchExecution: Committed offsets for batch 4\n"
+        "26/11/27 21:00:01 ERROR MicroBatchExecution: Query q terminated with error\n"
+        "org.apache.spark.sql.execution.streaming.sources.ForeachBatchUserFuncException: [FOREACH_BATCH_USER_FUNCTION"
+        "_ERROR] An error occurred in the user provided function in foreach batch sink. Reason: Error while sending a "
+        "command. SQLSTATE: 39000\n"
+        "Caused by: py4j.Py4JException: Received empty command\n"
+        "\tat py4j.ClientServerConnection.readBlockingResponse(ClientServerConnection.java:1)\n"
+        "26/11/27 21:00:01 INFO SparkContext: Invoking stop() from shutdown hook\n"
+        "26/11/27 21:00:02 ERROR MicroBatchExecution: Query q terminated with error\n"
+        "java.lang.NullPointerException: Cannot invoke \"DAGScheduler.cleanupQueryJobs(long)\"\n"
+        "org.apache.spark.SparkException: Exception thrown in awaitResult: \n"
+    )
+    assert last_error_in_log(str(log)) is None
+    own = ("2026-11-27 21:00:00,000 ERROR airflow_provider_mysqlcdc.jobs.stream: the stream's driver process 7 ended "
+           "without a word")  # fmt: skip
+    log.write_text(f"{own}\n" + log.read_text() + "py4j.protocol.Py4JNetworkError: Answer from Java side is empty\n")
+    assert last_error_in_log(str(log)) == own
+    log.write_text("ValueError: before the exit\n26/11/27 21:00:01 INFO SparkContext: Invoking stop() from shutdown "
+                   "hook\njava.lang.NullPointerException: after it\n")  # fmt: skip
+    assert last_error_in_log(str(log)) == "ValueError: before the exit"
