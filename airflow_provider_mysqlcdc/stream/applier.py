@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
 from airflow_provider_mysqlcdc.sinks.delta_merge import replace_rows
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
+from airflow_provider_mysqlcdc.sinks.delta_small_table import sweep_superseded
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses, ApplySpec
@@ -74,6 +75,7 @@ class BatchApplier:
         self.sink = sink
         sink.rewrite_below_bytes = (options or StreamOptions()).rewrite_below_mb << 20
         sink.deletion_vectors = (options or StreamOptions()).deletion_vectors
+        sink.keep_superseded_for((options or StreamOptions()).small_table_retention())
         self.manifest = manifest
         self.options = options or StreamOptions()
         self.staging = staging
@@ -106,6 +108,7 @@ class BatchApplier:
         with BatchProgress(self.store, self.manifest, batch_id, self.staging, self.last_status) as progress:
             data = batch_df.toArrow() if hasattr(batch_df, "toArrow") else pa.Table.from_pandas(batch_df.toPandas())
             self.apply_arrow(data, batch_id, t0, progress, read_seconds=time.monotonic() - t0)
+        sweep_superseded(self.sink)  # the files of small tables this batch did not commit to, past their grace
         self.maintain_if_due()
 
     def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:
