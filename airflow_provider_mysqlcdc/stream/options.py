@@ -73,8 +73,8 @@ class StreamOptions:
     # How long a small table keeps its history: the files its batches supersede are deleted this many
     # seconds after (a reader holding an older version has this long to read it), its log entries go
     # after it too, and it is rewritten whole at most once per this time — the batches in between mark
-    # changed rows with deletion vectors (sinks/delta_small_marks.py). Disk then stays about twice the
-    # live data whatever the churn (docs/architecture.md, "Committing small tables": Disk).
+    # changed rows with deletion vectors (sinks/delta_small_marks.py). Disk then stays a small multiple
+    # of the live data whatever the churn (docs/architecture.md, "Committing small tables": Disk).
     # None: DEFAULT_SMALL_TABLE_RETENTION_SECONDS, or the vacuum retention if that is shorter.
     small_table_retention_seconds: float | None = None
     # Bigger tables with one integer key take a batch by marking the changed rows deleted with Delta
