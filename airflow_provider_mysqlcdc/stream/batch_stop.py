@@ -8,7 +8,9 @@ routine event reads like a failure in the driver log.
 
 So the batch asks the query loop (``stream/job.py``) to ``stop()`` the query and waits. ``stop()``
 marks the query terminated and interrupts the query's thread, which is the thread serving this
-callback (py4j pins a Python callback's calls to the JVM thread that made it); the batch's next call
+callback (py4j pins a Python callback's calls to the JVM thread that made it: PySpark's default
+pinned-thread mode; without it the batch is not interrupted and fails after
+:data:`STOP_WAIT_SECONDS`, as it used to, only later); the batch's next call
 into the JVM fails with that interrupt, and the batch raises it. Spark takes an interrupt after
 ``stop()`` for a normal stop (``StreamExecution.isInterruptedByStop`` reads the interrupted py4j
 call in the Python error's text, SPARK-39218): nothing is logged as an error, and the batch is not
