@@ -209,10 +209,12 @@ def _wait_for_stream(
         if reached is not None and reached >= at:
             return reached
         if time.monotonic() > deadline:
+            known = stream_state(store)["run_id"] is not None  # else a stream run without a run record
             raise VerifyError(
-                f"the stream runs but has not applied the source up to {at} within {timeout:.0f}s (its checkpoint is "
-                f"at {reached or 'nothing yet'}): it is behind. Look at its lag (mysqlcdc status) and verify again, "
-                "or raise the wait timeout"
+                f"the stream{' runs but' if known else ''} has not applied the source up to {at} within "
+                f"{timeout:.0f}s (its checkpoint is at {reached or 'nothing yet'}): "
+                + ("it is behind. Look at its lag (mysqlcdc status)" if known else "is it running? Start it")
+                + " and verify again, or raise the wait timeout"
             )
         progress(f"waiting for the stream to reach {at} (checkpoint at {reached or 'nothing yet'})")
         time.sleep(min(2.0, max(0.2, deadline - time.monotonic())))
@@ -224,7 +226,10 @@ def _stream_reaches(store: StateStore, manifest: Manifest, at: BinlogOffset) -> 
     reached = checkpoint_offset(store, manifest)
     if reached is not None and reached >= at:
         return reached
-    _, not_running = watch_condition(stream_state(store), None, None)
+    state = stream_state(store)
+    if state["run_id"] is None:  # no run record (a stream run without one): nothing to judge by, wait
+        return reached
+    _, not_running = watch_condition(state, None, None)
     if not_running is None:
         return reached
     reached = checkpoint_offset(store, manifest)  # it may have reached `at` just before it stopped
