@@ -245,6 +245,24 @@ with DAG(
             None, type=["null", "object"], title="Spark conf",
             description="Extra Spark configuration for every job, e.g. {\"spark.executor.memory\": \"2g\"}.",
         ),
+        # The lake's disk (README "Table maintenance"); the stream operator refuses bad values, naming
+        # the fix. They take effect when the stream (re)starts.
+        "rewrite_below_mb": Param(
+            2, type="integer", title="Small-table size (MiB)", section="Disk",
+            description="Tables (a routed shard: its part) up to this size are applied from rows the stream keeps "
+            "in memory: rewritten whole at most once per small-table retention, changed rows marked with deletion "
+            "vectors in between. 0 = never.",
+        ),
+        "small_table_retention_seconds": Param(
+            120, type="number", title="Small-table retention (s)", section="Disk",
+            description="How long a reader of an older version of a small table has to read it: the files its "
+            "batches replace, and its log entries, are deleted this long after. At most the vacuum retention.",
+        ),
+        "vacuum_retention_hours": Param(
+            1.0, type="number", title="Vacuum retention (hours)", section="Disk",
+            description="Other tables: data files no version of this long refers to are deleted (keep it above "
+            "your longest read).",
+        ),
     },
 ) as dag:
     plan = MySqlCdcPlanOperator(
@@ -296,6 +314,9 @@ with DAG(
         snapshot_summaries=snapshot.output,
         stream_mode="{{ params.stream_mode }}",
         schema_change_policy="{{ params.schema_change_policy }}",
+        rewrite_below_mb="{{ params.rewrite_below_mb }}",
+        small_table_retention_seconds="{{ params.small_table_retention_seconds }}",
+        vacuum_retention_hours="{{ params.vacuum_retention_hours }}",
         readers=STREAM_READERS,
         conf="{{ params.spark_conf }}",
         storage_conn_id="{{ params.storage_conn_id }}",

@@ -27,7 +27,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, SCHEMA_CHANGE_POLICIES
 from airflow_provider_mysqlcdc.stream.driver_log import driver_log
 from airflow_provider_mysqlcdc.stream.launcher import DRIVER_LOG_ENV
-from airflow_provider_mysqlcdc.stream.options import StreamOptions
+from airflow_provider_mysqlcdc.stream.options import DEFAULT_SMALL_TABLE_RETENTION_SECONDS, StreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rewrite-below-mb", type=int, default=StreamOptions().rewrite_below_mb,
                    help="Delta tables up to this size take a batch by a whole-table rewrite; larger ones by "
                    f"deletion vectors or a MERGE (default {StreamOptions().rewrite_below_mb}; 0 = never rewrite)")
+    p.add_argument("--small-table-retention-seconds", type=float, default=None,
+                   help="a small table's superseded files and log entries are deleted this long after (a reader of "
+                   "an older version has this long to read it), and it is rewritten whole at most once per this "
+                   f"time (default {DEFAULT_SMALL_TABLE_RETENTION_SECONDS:g}, or the vacuum retention if shorter)")
     p.add_argument("--no-deletion-vectors", dest="deletion_vectors", action="store_false",
                    help="bigger tables take a batch by a MERGE (copy-on-write) instead of deletion vectors; for "
                    "readers without deletion-vector support")
@@ -120,6 +124,7 @@ def _run(args: argparse.Namespace) -> int:
                 apply_threads=args.apply_threads,
                 apply_processes=args.apply_processes,
                 rewrite_below_mb=args.rewrite_below_mb,
+                small_table_retention_seconds=args.small_table_retention_seconds,
                 deletion_vectors=args.deletion_vectors,
                 schema_change_policy=args.schema_change_policy,
                 scratch_dir=args.scratch_dir,

@@ -39,7 +39,10 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
     The stream maintains its Delta tables between batches every ``maintenance_interval_seconds``
     (default 600; 0 = never): compaction, checkpoint, and vacuum of files unreferenced for
     ``vacuum_retention_hours`` (default 1; keep it above your longest read) — README "Table
-    maintenance".
+    maintenance". Small tables (up to ``rewrite_below_mb``, default 2) keep
+    ``small_table_retention_seconds`` of history instead (default 120): what their batches supersede
+    is deleted that long after, and they are rewritten whole at most once per that time, so their
+    disk stays a small multiple of their live data — README "Table maintenance".
 
     A transaction of any size is applied in bounded memory (README "Large transactions"):
     ``driver_memory`` sizes the stream driver's JVM, ``apply_memory_mb`` (default 512) what its
@@ -55,6 +58,10 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
     :param apply_processes: processes applying a micro-batch's tables, each owning a share of them
         (default: one per driver core, at most 4, for a stream of 64 tables or more; 0 = the
         driver's threads only) — README "Large transactions", its settings table
+    :param rewrite_below_mb: tables (routed shards) up to this size take a batch from the rows the
+        stream keeps in memory, committed by the stream itself (default 2; 0 = never)
+    :param small_table_retention_seconds: how long a reader of an older version of a small table has
+        to read it; also how often such a table may be rewritten whole (default 120)
     :param deletion_vectors: bigger tables (one integer key) take a batch with Delta deletion vectors,
         rewriting only the changed rows (default True); False keeps the copy-on-write MERGE, for
         readers without deletion-vector support — README "Big tables"
@@ -69,6 +76,7 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
 
     template_fields: Sequence[str] = (
         *MySqlCdcSparkSubmitOperator.template_fields, "snapshot_summaries", "stream_mode", "schema_change_policy",
+        "rewrite_below_mb", "small_table_retention_seconds", "vacuum_retention_hours",
     )
     ui_color = "#e6f5e6"
 
@@ -87,6 +95,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         schema_change_policy: str | None = None,
         maintenance_interval_seconds: float | None = None,
         vacuum_retention_hours: float | None = None,
+        rewrite_below_mb: int | None = None,
+        small_table_retention_seconds: float | None = None,
         start_timeout: float = 300.0,
         stop_timeout: float = 300.0,
         **kwargs: Any,
@@ -105,6 +115,8 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
         self.schema_change_policy = schema_change_policy
         self.maintenance_interval_seconds = maintenance_interval_seconds
         self.vacuum_retention_hours = vacuum_retention_hours
+        self.rewrite_below_mb = rewrite_below_mb
+        self.small_table_retention_seconds = small_table_retention_seconds
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self._store: Any = None
@@ -136,7 +148,25 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
             args += ["--maintenance-interval", str(float(self.maintenance_interval_seconds))]
         if self.vacuum_retention_hours is not None:
             args += ["--vacuum-retention-hours", str(float(self.vacuum_retention_hours))]
+        args += self._small_table_args()
         return args
+
+    def _small_table_args(self) -> list[str]:
+        """``--rewrite-below-mb`` / ``--small-table-retention-seconds``, checked before anything is
+        launched (``ValueError`` naming the setting and the fix)."""
+        from airflow_provider_mysqlcdc.stream.options import StreamOptions, check_small_tables
+
+        d = StreamOptions()
+        below = d.rewrite_below_mb if self.rewrite_below_mb is None else _number(self.rewrite_below_mb, int)
+        keep = self.small_table_retention_seconds
+        keep = None if keep is None else _number(keep, float)
+        hours = d.maintenance.retention_hours if self.vacuum_retention_hours is None else _number(
+            self.vacuum_retention_hours, float)  # fmt: skip
+        check_small_tables(below, keep, hours, self.apply_memory_mb or d.apply_memory_mb)
+        out = [] if self.rewrite_below_mb is None else ["--rewrite-below-mb", str(below)]
+        if self.small_table_retention_seconds is not None:
+            out += ["--small-table-retention-seconds", str(keep)]
+        return out
 
     def _pipeline_config(self, store: Any, plan_id: str) -> str:
         """The plan's pipeline config decides; returns its ``startup_mode``. ``sink_root``, when
@@ -291,6 +321,19 @@ class MySqlCdcStreamOperator(MySqlCdcSparkSubmitOperator):
                 self.log.warning("graceful stop failed (%s): killing spark-submit", exc)
         if self._hook is not None:
             super().on_kill()
+
+
+def _number(value: Any, kind: type) -> Any:
+    """A rendered template's number as ``kind`` (a DAG param arrives as a string without native
+    rendering); anything else is returned as it is, for the check to refuse by name."""
+    if isinstance(value, str):
+        try:
+            return kind(float(value)) if kind is int and float(value).is_integer() else kind(value)
+        except ValueError:
+            return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
 
 
 def _materialize(values: Any) -> list[Any]:

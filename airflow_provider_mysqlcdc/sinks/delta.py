@@ -55,6 +55,7 @@ from airflow_provider_mysqlcdc.sinks.delta_schema import (
     table_description,
 )
 from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, stats_columns_for, stats_properties
+from airflow_provider_mysqlcdc.sinks.delta_superseded import SupersededFiles
 from airflow_provider_mysqlcdc.sinks.delta_table_state import TableStates
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,11 @@ class DeltaSink:
     ``routes``: source tables a route sends to a shared Delta table (core/routing.py). Every method
     taking a source table then works on that table's partition of the target: its files, its rows,
     its batch ids (docs/architecture.md, "Routing sharded tables").
+
+    ``small_table_retention_seconds``: files the small tables' batches supersede are deleted this
+    long after (:attr:`superseded`), and a small table is rewritten whole at most once per that
+    time (docs/architecture.md, "Committing small tables": *Disk*); None: they are left to the
+    maintenance vacuum and every batch rewrites the table whole (the sink of a tool or a test).
     """
 
     def __init__(
@@ -98,6 +104,7 @@ class DeltaSink:
         routes: Routes | None = None,
         rewrite_below_bytes: int = 0,
         deletion_vectors: bool = False,
+        small_table_retention_seconds: float | None = None,
     ):
         if not root:
             raise ValueError("sink_root is empty: give the directory or URL where Delta tables should go")
@@ -114,6 +121,24 @@ class DeltaSink:
         self.dv_blocked: dict[str, str] = {}  # table URI -> why it keeps the MERGE (logged once)
         self._loaded: dict[str, DeltaTable] = {}  # tables the stream applies to, brought up to date per batch
         self.table_states = TableStates()  # small tables' state carried between batches (sinks/delta_table_state.py)
+        self.superseded: SupersededFiles | None = None  # superseded small-table files awaiting their grace
+        self.keep_superseded_for(small_table_retention_seconds)
+
+    def keep_superseded_for(self, seconds: float | None) -> None:
+        """Delete the files small tables' batches supersede ``seconds`` after (None: never; the
+        maintenance vacuum does). Files already waiting keep their time when only the setting changes."""
+        if not seconds:
+            self.superseded = None
+        elif self.superseded is None:
+            self.superseded = SupersededFiles(seconds)
+        else:
+            self.superseded.retention_seconds = float(seconds)
+
+    def state_key(self, table: str) -> str:
+        """The key of ``table``'s carried state: its Delta table's URI; a routed shard's, with its name."""
+        route = self.route_of(table)
+        uri = self.table_uri(table)
+        return f"{uri}@{route.source}" if route else uri
 
     def route_of(self, table: str) -> RoutedTable | None:
         """Where a routed source table's rows go (None: to a Delta table of its own)."""
@@ -406,7 +431,11 @@ class DeltaSink:
         if dt is None:
             dt = self._loaded[self.table_uri(table)] = self.open(table)
         else:
-            dt.update_incremental()
+            try:
+                dt.update_incremental()
+            except Exception as exc:  # the entries since its version were cleaned up (a small table's short log)
+                log.debug("%s: loaded again (%s)", table, exc)
+                dt = self._loaded[self.table_uri(table)] = self.open(table)
         return dt
 
     def evolve_schema(

@@ -24,12 +24,13 @@ def apply_without_merge(sink: DeltaSink, table: str, upserts: pa.Table, deletes:
     if big is not None:
         return apply_big_table(sink, table, upserts, deletes, primary_key, app_id, version, big)
     if sink.rewrite_below_bytes:
-        state = sink.table_states.get(uri)
+        key = sink.state_key(table)
+        state = sink.table_states.get(key)
         dt = None if state is not None else sink.latest(table)
-        size = state.size if state is not None else sum(sink.table_files(table, dt).values())
+        size = state.live_size if state is not None else sum(sink.table_files(table, dt).values())
         if size <= sink.rewrite_below_bytes:
             return rewrite_small_table(sink, table, upserts, deletes, primary_key, app_id, version, opened=dt)
-        sink.table_states.forget(uri)  # grown past it: the other paths read the table themselves
+        sink.table_states.forget_key(key)  # grown past it: the other paths read the table themselves
     if sink.deletion_vectors and uri not in sink.dv_blocked:
         return apply_big_table(sink, table, upserts, deletes, primary_key, app_id, version, None)  # None: blocked
     return None

@@ -45,8 +45,13 @@ from airflow_provider_mysqlcdc.sinks.delta_log import (
 )
 from airflow_provider_mysqlcdc.sinks.delta_log_replay import LogSnapshot, replay
 from airflow_provider_mysqlcdc.sinks.delta_merge import COMMIT_ATTEMPTS, conform_upserts, delta_arrow_schema
-from airflow_provider_mysqlcdc.sinks.delta_rewrite import STREAM_DIR, _conform, _TableFiles
-from airflow_provider_mysqlcdc.sinks.delta_small_table import _checkpoint, _write_rows
+from airflow_provider_mysqlcdc.sinks.delta_rewrite import (
+    STREAM_DIR,
+    _conform,
+    _TableFiles,
+    checkpoint_table,
+    write_sorted_rows,
+)
 from airflow_provider_mysqlcdc.sinks.delta_stats import declared_stats_columns, file_stats
 
 log = logging.getLogger(__name__)
@@ -166,7 +171,7 @@ def apply_with_deletion_vectors(sink: DeltaSink, table: str, upserts: pa.Table, 
             state = sink.table_states.put_big(load_state(sink, table, key))
             continue
         if checkpoint_due(state.version, state.snapshot.configuration):
-            _checkpoint(sink, table)
+            checkpoint_table(sink, table)
         compact(sink, table, state)
         return True
     raise RuntimeError(
@@ -231,7 +236,7 @@ def _commit_batch(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.Ta
     written = None
     if rows.num_rows:
         columns = declared_stats_columns(state.snapshot.configuration)
-        written = _write_rows(files, f"{files.stream_dir}/b{version:010d}-{uuid.uuid4().hex[:12]}-dv.parquet",
+        written = write_sorted_rows(files, f"{files.stream_dir}/b{version:010d}-{uuid.uuid4().hex[:12]}-dv.parquet",
                               rows, [key], columns)  # fmt: skip
         actions.append({"add": {"path": written.rel, "partitionValues": {}, "size": written.size,
                                 "modificationTime": now, "dataChange": True,
@@ -319,7 +324,7 @@ def compact(sink: DeltaSink, table: str, state: BigTableState) -> int:
     written = None
     if rows.num_rows:
         columns = declared_stats_columns(state.snapshot.configuration)
-        written = _write_rows(files, f"{files.stream_dir}/compact-{uuid.uuid4().hex[:12]}.parquet", rows,
+        written = write_sorted_rows(files, f"{files.stream_dir}/compact-{uuid.uuid4().hex[:12]}.parquet", rows,
                               [state.key], columns)  # fmt: skip
         actions.append({"add": {"path": written.rel, "partitionValues": {}, "size": written.size,
                                 "modificationTime": now, "dataChange": False,
@@ -343,7 +348,7 @@ def compact(sink: DeltaSink, table: str, state: BigTableState) -> int:
     log.info("%s: compacted %d files (%d live rows) into one as version %s in %.2fs", table, len(pick),
              rows.num_rows, committed, time.monotonic() - t0)  # fmt: skip
     if checkpoint_due(committed, state.snapshot.configuration):
-        _checkpoint(sink, table)
+        checkpoint_table(sink, table)
     return len(pick)
 
 

@@ -42,12 +42,13 @@ class LogConflict(RuntimeError):
     """The log entry to write exists: another writer committed that version first."""
 
 
-def unsupported_reason(dt: DeltaTable) -> str | None:
-    """Why ``dt`` must be committed by delta-rs instead (None: its log may be written here)."""
+def unsupported_reason(dt: DeltaTable, allowed: frozenset[str] = PLAIN_WRITER_FEATURES) -> str | None:
+    """Why ``dt`` must be committed by delta-rs instead (None: its log may be written here);
+    ``allowed``: the writer features the caller honours."""
     protocol = dt.protocol()
     invariants = any("delta.invariants" in (f.metadata or {}) for f in dt.schema().fields)
     return writer_blocker(protocol.min_writer_version, protocol.writer_features, dt.metadata().configuration,
-                          invariants)  # fmt: skip
+                          invariants, allowed)  # fmt: skip
 
 
 def writer_blocker(min_writer_version: int, writer_features: Iterable[str] | None,
@@ -125,6 +126,23 @@ def commit_actions(
     return version
 
 
+def entries_after(storage: lake_storage.LakeStorage, table_uri: str, version: int,
+                  until: int | None = None) -> list[tuple[int, list[dict[str, Any]]]]:  # fmt: skip
+    """The log entries after ``version`` (up to ``until``, else every one there is), in order, each
+    as its actions; they must follow each other without a gap (an entry missing in between raises
+    FileNotFoundError: the caller reads the table anew)."""
+    log_dir = f"{table_uri.rstrip('/')}/_delta_log"
+    if until is None:
+        names = storage.listdir(log_dir)
+        newer = sorted(int(n[:20]) for n in names if n.endswith(".json") and n[:20].isdigit() and int(n[:20]) > version)
+        until = newer[-1] if newer else version
+    out = []
+    for v in range(version + 1, until + 1):
+        with storage.open(f"{log_dir}/{v:020d}.json", "rb") as f:
+            out.append((v, [json.loads(line) for line in f.read().splitlines() if line.strip()]))
+    return out
+
+
 def checkpoint_due(version: int, configuration: Mapping[str, str] | None) -> bool:
     """Whether a checkpoint belongs at ``version`` (delta-rs' own commits make one every
     ``delta.checkpointInterval`` versions; so must a writer that bypasses them)."""
@@ -164,6 +182,7 @@ __all__ = [
     "add_entry",
     "checkpoint_due",
     "commit_actions",
+    "entries_after",
     "log_writable",
     "remove_entry",
     "unsupported_reason",

@@ -374,6 +374,36 @@ def _copy_without(files: _TableFiles, rel: str, drop: np.ndarray, schema: pa.Sch
     return copied
 
 
+def write_sorted_rows(files: _TableFiles, rel: str, rows: pa.Table, key: list[str],
+                      columns: list[str] | None) -> _NewFile:  # fmt: skip
+    """``rows`` (sorted by ``key``) as one data file in one write, with the value ranges of the
+    statistics ``columns``: the first key column's are its first and last values."""
+    buf = pa.BufferOutputStream()
+    pq.write_table(rows, buf, use_dictionary=False, compression="snappy")
+    data = buf.getvalue()
+    files.write_bytes(rel, data)
+    ranges: dict[str, tuple[Any, Any, int]] = {}
+    for c in columns or []:
+        if c not in rows.column_names:
+            continue
+        col = rows.column(c)
+        if c == key[0] and not col.null_count:
+            ranges[c] = (col[0].as_py(), col[-1].as_py(), 0)
+        else:
+            mm = pc.min_max(col)
+            ranges[c] = (mm["min"].as_py(), mm["max"].as_py(), col.null_count)
+    return _NewFile(rel, rows.num_rows, data.size, ranges)
+
+
+def checkpoint_table(sink: DeltaSink, table: str) -> None:
+    """The checkpoint (and expired log cleanup) delta-rs' own commit would have made here: for a
+    writer that commits by writing the log itself (``sinks/delta_log.py``)."""
+    dt = sink.latest(table)
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    log.debug("%s: checkpoint at version %s", table, dt.version())
+
+
 def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """Rows of an older data file in the table's current schema: columns added since read NULL,
     widened columns are cast (what a Delta reader does with such a file)."""
@@ -382,4 +412,4 @@ def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-__all__ = ["RewriteResult", "apply_folded_changes"]
+__all__ = ["RewriteResult", "apply_folded_changes", "checkpoint_table", "write_sorted_rows"]

@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import append_changes
 from airflow_provider_mysqlcdc.sinks.delta_merge import replace_rows
 from airflow_provider_mysqlcdc.sinks.delta_rewrite import apply_folded_changes
+from airflow_provider_mysqlcdc.sinks.delta_small_table import sweep_superseded
 from airflow_provider_mysqlcdc.spill.bucketed_fold import FOLD_MEMORY_FACTOR, BucketedFold, buckets_for
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.apply_processes import ApplyProcesses, ApplySpec
@@ -82,6 +83,7 @@ class BatchApplier:
         self.sink = sink
         sink.rewrite_below_bytes = (options or StreamOptions()).rewrite_below_mb << 20
         sink.deletion_vectors = (options or StreamOptions()).deletion_vectors
+        sink.keep_superseded_for((options or StreamOptions()).small_table_retention())
         self.manifest = manifest
         self.options = options or StreamOptions()
         self.staging = staging
@@ -119,6 +121,7 @@ class BatchApplier:
             if self.on_ddl is None:
                 raise
             stop_for_ddl(batch_df.sparkSession._jvm, self.on_ddl, reached)
+        sweep_superseded(self.sink)  # the files of small tables this batch did not commit to, past their grace
         self.maintain_if_due()
 
     def maintain_if_due(self, force: bool = False) -> dict[str, Any] | None:

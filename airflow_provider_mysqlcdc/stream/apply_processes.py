@@ -74,6 +74,7 @@ class ApplySpec:
     takeover: tuple[str, ...]
     rewrite_below_bytes: int
     deletion_vectors: bool
+    small_table_retention_seconds: float | None
     manifest_json: str
     app_id: str
     threads: int
@@ -85,6 +86,7 @@ class ApplySpec:
             sink_root=sink.root, storage_json=sink.storage.to_json(), owner=sink.owner,
             takeover=tuple(sorted(sink.takeover)), rewrite_below_bytes=sink.rewrite_below_bytes,
             deletion_vectors=sink.deletion_vectors, manifest_json=manifest.to_json(), app_id=app_id,
+            small_table_retention_seconds=None if sink.superseded is None else sink.superseded.retention_seconds,
             threads=threads, rows_budget=max(ROWS_BUDGET_BYTES // max(processes, 1), 16 << 20),
         )  # fmt: skip
 
@@ -274,14 +276,19 @@ def _configure(spec: ApplySpec) -> None:
     sink.takeover = set(spec.takeover)
     sink.rewrite_below_bytes = spec.rewrite_below_bytes
     sink.deletion_vectors = spec.deletion_vectors
+    sink.keep_superseded_for(spec.small_table_retention_seconds)
     sink.routes = manifest.selection.routing
     _applier, _threads = TableChangeApplier(sink, manifest, spec.app_id), max(1, spec.threads)
 
 
 def _apply_share(share: dict[str, list[bytes]], batch_id: int) -> int:
-    """This process's tables of a batch, a thread per Delta table (up to the stream's apply_threads)."""
+    """This process's tables of a batch, a thread per Delta table (up to the stream's apply_threads);
+    then the superseded files of its other tables past their grace go."""
+    from airflow_provider_mysqlcdc.sinks.delta_small_table import sweep_superseded
+
     t0 = time.monotonic()
     _current().apply_all(share, batch_id, _threads)
+    sweep_superseded(_current().sink)
     log.debug("batch %d: %d tables applied in %.2fs", batch_id, len(share), time.monotonic() - t0)
     return len(share)
 

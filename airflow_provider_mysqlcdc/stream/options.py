@@ -7,6 +7,33 @@ from dataclasses import dataclass, field
 from airflow_provider_mysqlcdc.core.schema_policy import DEFAULT_SCHEMA_CHANGE_POLICY, check_policy
 from airflow_provider_mysqlcdc.sinks.delta_maintenance import MaintenancePolicy
 
+#: The default of ``small_table_retention_seconds``: the grace of a reader of a small table's older version.
+DEFAULT_SMALL_TABLE_RETENTION_SECONDS = 120.0
+
+
+def check_small_tables(rewrite_below_mb: object, retention_seconds: object, vacuum_retention_hours: object = 1.0,
+                       apply_memory_mb: object = 512) -> None:  # fmt: skip
+    """Refuse small-table settings that cannot work, naming the setting and the fix (the stream
+    operator calls this before it launches anything; ``StreamOptions`` again in the job)."""
+    if isinstance(rewrite_below_mb, bool) or not isinstance(rewrite_below_mb, int) or rewrite_below_mb < 0:
+        raise ValueError(f"rewrite_below_mb must be a whole number of MiB, 0 (never rewrite a table whole) or more, "
+                         f"got {rewrite_below_mb!r}")  # fmt: skip
+    if isinstance(apply_memory_mb, (int, float)) and rewrite_below_mb > apply_memory_mb:
+        raise ValueError(f"rewrite_below_mb={rewrite_below_mb} exceeds apply_memory_mb={apply_memory_mb}: a table "
+                         "rewritten whole is held in the driver's memory; lower rewrite_below_mb or raise "
+                         "apply_memory_mb")  # fmt: skip
+    if retention_seconds is None:  # the default: never above the vacuum retention
+        return
+    if isinstance(retention_seconds, bool) or not isinstance(retention_seconds, (int, float)) or retention_seconds < 1:
+        raise ValueError(f"small_table_retention_seconds must be a number of seconds, at least 1 (the time a "
+                         "reader of an older version of a small table has to read it), got "
+                         f"{retention_seconds!r}")  # fmt: skip
+    if isinstance(vacuum_retention_hours, (int, float)) and retention_seconds > vacuum_retention_hours * 3600:
+        raise ValueError(f"small_table_retention_seconds={retention_seconds:g} exceeds vacuum_retention_hours="
+                         f"{vacuum_retention_hours:g} ({vacuum_retention_hours * 3600:g} s): a small table keeps at "
+                         "most what every table keeps; lower small_table_retention_seconds or raise "
+                         "vacuum_retention_hours")  # fmt: skip
+
 
 @dataclass
 class StreamOptions:
@@ -43,6 +70,13 @@ class StreamOptions:
     # grows with the table (~12 ms per MiB here), a batch by deletion vectors costs ~15-45 ms however
     # big the table: larger tables take those, or the MERGE (bench/RESULTS.md). 0 = never rewrite.
     rewrite_below_mb: int = 2
+    # How long a small table keeps its history: the files its batches supersede are deleted this many
+    # seconds after (a reader holding an older version has this long to read it), its log entries go
+    # after it too, and it is rewritten whole at most once per this time — the batches in between mark
+    # changed rows with deletion vectors (sinks/delta_small_marks.py). Disk then stays a small multiple
+    # of the live data whatever the churn (docs/architecture.md, "Committing small tables": Disk).
+    # None: DEFAULT_SMALL_TABLE_RETENTION_SECONDS, or the vacuum retention if that is shorter.
+    small_table_retention_seconds: float | None = None
     # Bigger tables with one integer key take a batch by marking the changed rows deleted with Delta
     # deletion vectors and writing only the changed rows (sinks/delta_dv_table.py), instead of a MERGE
     # that rewrites every file holding a changed key (the whole table, for spread-out updates). Readers
@@ -62,8 +96,8 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if self.apply_memory_mb < 16:
             raise ValueError(f"apply_memory_mb must be at least 16, got {self.apply_memory_mb}")
-        if self.rewrite_below_mb < 0:
-            raise ValueError(f"rewrite_below_mb must be 0 (always MERGE) or more, got {self.rewrite_below_mb}")
+        check_small_tables(self.rewrite_below_mb, self.small_table_retention_seconds,
+                           self.maintenance.retention_hours, self.apply_memory_mb)  # fmt: skip
         if self.apply_threads < 1:
             raise ValueError(f"apply_threads must be at least 1, got {self.apply_threads}")
         if self.apply_processes is not None and self.apply_processes < 0:
@@ -71,6 +105,12 @@ class StreamOptions:
         if self.trigger_seconds < 0:
             raise ValueError(f"trigger_seconds must be 0 (batches back to back) or more, got {self.trigger_seconds}")
         check_policy(self.schema_change_policy)
+
+    def small_table_retention(self) -> float:
+        """``small_table_retention_seconds``, its default resolved (never above the vacuum retention)."""
+        if self.small_table_retention_seconds is not None:
+            return float(self.small_table_retention_seconds)
+        return min(DEFAULT_SMALL_TABLE_RETENTION_SECONDS, max(1.0, self.maintenance.retention_hours * 3600))
 
     def source_options(self) -> dict[str, str]:
         out: dict[str, str] = {}

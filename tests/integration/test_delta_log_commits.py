@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
 
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_log import CLIENT, LogConflict, commit_actions, unsupported_reason
@@ -157,3 +157,118 @@ def test_an_existing_log_entry_is_never_replaced(tmp_path: Path) -> None:
     assert entry.read_bytes() == before
     assert [n for n in os.listdir(entry.parent) if n.endswith(".tmp")] == []
     assert sink.open(TABLE).transaction_version("a") == 1 and sink.open(TABLE).transaction_version("b") is None
+
+
+# ------------------------------------------------------------------ disk: the whole rewrite's budget
+class _Clock:
+    """The grace of superseded files passes when the test says so, not with the wall clock."""
+
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _marking_sink(tmp_path: Path, grace: float = 60) -> tuple[DeltaSink, _Clock]:
+    sink = DeltaSink(str(tmp_path / "lake"), rewrite_below_bytes=1 << 30, deletion_vectors=True,
+                     small_table_retention_seconds=grace)  # fmt: skip
+    clock = _Clock()
+    assert sink.superseded is not None
+    sink.superseded.clock = clock
+    sink.prepare_table(TABLE, SCHEMA, ["id"])
+    write_deltalake(sink.open(TABLE), _rows({k: (f"s{k}", k) for k in range(300)}), mode="append")  # the snapshot
+    return sink, clock
+
+
+def _details(sink: DeltaSink) -> list[dict]:
+    """The ``mysqlcdc`` commit details of the stream's direct commits, in order."""
+    return [json.loads(e["lines"][0]["commitInfo"]["mysqlcdc"]) for e in _log_entries(sink)
+            if e["lines"][0]["commitInfo"].get("clientVersion") == CLIENT]  # fmt: skip
+
+
+def _on_disk(sink: DeltaSink, suffix: str) -> set[str]:
+    root = Path(sink.table_uri(TABLE))
+    return {str(p.relative_to(root)) for p in root.rglob(f"*{suffix}") if "_delta_log" not in p.parts}
+
+
+def _live(sink: DeltaSink) -> tuple[set[str], set[str]]:
+    """The live data files and the vector files they refer to, as the log says."""
+    from airflow_provider_mysqlcdc.sinks.delta_log_replay import replay
+    from airflow_provider_mysqlcdc.sinks.delta_small_marks import vector_files_of
+
+    adds = replay(LOCAL, sink.table_uri(TABLE)).adds
+    return set(adds), set(vector_files_of(adds))
+
+
+def _added_rows(sink: DeltaSink) -> list[int]:
+    """Per direct commit: the rows of the new data files it added (not a file re-added with a vector)."""
+    out = []
+    for e in _log_entries(sink):
+        if e["lines"][0]["commitInfo"].get("clientVersion") != CLIENT:
+            continue
+        adds = [line["add"] for line in e["lines"] if "add" in line and "deletionVector" not in line["add"]]
+        out.append(sum(json.loads(a["stats"])["numRecords"] for a in adds))
+    return out
+
+
+def test_a_table_changed_within_its_grace_marks_rows_and_superseded_files_go_after_it(tmp_path: Path) -> None:
+    """The bound's mechanism: a small table is rewritten whole only when no copy an earlier rewrite
+    superseded is still within its grace; the batches in between write only their own rows (and mark
+    the changed ones deleted); superseded files are deleted once their grace has passed, and not
+    before — a reader holding an older version reads it all along."""
+    sink, clock = _marking_sink(tmp_path)
+    model = {k: (f"s{k}", k) for k in range(300)}
+    rng = random.Random(12)
+    assert _apply(sink, model, rng, 1)  # nothing superseded yet: the table is rewritten whole as one file
+    for version in range(2, 12):
+        clock.t += 1
+        assert _apply(sink, model, rng, version)
+        assert _read(sink) == model, f"table differs from the model after batch {version}"
+    details = _details(sink)
+    assert [d["small_table_rewrite"] for d in details] == [True] + [False] * 10  # the rest marked rows
+    assert all(d["marked_rows"] > 0 for d in details[1:] if d["upserts"] > 0)
+    # a marking batch writes its own upserts only; the whole rewrite wrote the table
+    assert _added_rows(sink)[1:] == [d["upserts"] for d in details[1:]] and _added_rows(sink)[0] > 250
+    assert _snapshot_files(sink), "the snapshot's file, superseded by batch 1, is kept for its grace"
+    held, held_rows = sink.open(TABLE).version(), dict(model)
+
+    clock.t += 60  # batch 1's superseded copy is past its grace: the table is rewritten whole again
+    assert _apply(sink, model, rng, 12)
+    assert _details(sink)[-1]["small_table_rewrite"] is True and _read(sink) == model
+    rewritten, vectors = _live(sink)
+    assert len(rewritten) == 1 and not vectors
+    assert not _snapshot_files(sink), "deleted by batch 12's commit: its grace had passed"
+    assert _read_version(sink, held) == held_rows  # every file of the older version is still there
+
+    clock.t += 61  # what batch 12 superseded is past its grace now: batch 13's commit deletes it
+    assert _apply(sink, model, rng, 13)
+    live, vectors = _live(sink)
+    assert _on_disk(sink, ".parquet") == live | rewritten  # batch 13 superseded batch 12's file: kept for now
+    assert _on_disk(sink, ".bin") == vectors == set()  # every vector file was superseded by batch 12
+    assert _read(sink) == model and sink.open(TABLE).transaction_version(APP) == 13
+    with pytest.raises(Exception):  # noqa: B017 - time travel reaches back one grace (documented)
+        _read_version(sink, held)
+
+
+def test_files_of_a_table_no_batch_commits_to_go_when_the_grace_has_passed(tmp_path: Path) -> None:
+    """A table the writer stopped changing: the stream deletes its superseded files between batches."""
+    from airflow_provider_mysqlcdc.sinks.delta_small_table import sweep_superseded
+
+    sink, clock = _marking_sink(tmp_path, grace=30)
+    model = {k: (f"s{k}", k) for k in range(300)}
+    assert _apply(sink, model, random.Random(4), 1)
+    assert _snapshot_files(sink) and sweep_superseded(sink) == 0  # within its grace
+    clock.t += 31
+    assert sweep_superseded(sink) == 1 and not _snapshot_files(sink)
+    assert _on_disk(sink, ".parquet") == _live(sink)[0] and _read(sink) == model
+
+
+def _snapshot_files(sink: DeltaSink) -> set[str]:
+    return {p for p in _on_disk(sink, ".parquet") if not p.startswith("stream/")}
+
+
+def _read_version(sink: DeltaSink, version: int) -> dict[int, tuple[str, int]]:
+    dt = DeltaTable(sink.table_uri(TABLE), version=version)
+    got = pa.table(QueryBuilder().register("t", dt).execute("SELECT id, name, qty FROM t").read_all()).to_pylist()
+    return {r["id"]: (r["name"], r["qty"]) for r in got}

@@ -37,9 +37,21 @@ def _snapshot(sink: DeltaSink, table: str, ids: range, group: str = "p1-g00000")
     sink.commit_snapshot_group(table, group, [StagedFile(path, len(ids), os.path.getsize(path))], SCHEMA, {})
 
 
-@pytest.mark.parametrize("rewrite_below", [0, 1 << 30], ids=["merge", "small-table-rewrite"])
-def test_shards_share_one_table_and_replay_per_shard(tmp_path: object, rewrite_below: int) -> None:
-    sink = DeltaSink(str(tmp_path), owner="p", routes=ROUTES, rewrite_below_bytes=rewrite_below)
+def _sink(tmp_path: object, path: str) -> DeltaSink:
+    """``path``: "merge", "small-table-rewrite" (every batch rewrites the shard whole), or
+    "small-table-marks" (after its first rewrite, a shard's batches mark rows with deletion vectors:
+    the rewritten copy is within its grace, an hour here)."""
+    return DeltaSink(str(tmp_path), owner="p", routes=ROUTES, rewrite_below_bytes=0 if path == "merge" else 1 << 30,
+                     deletion_vectors=path == "small-table-marks",
+                     small_table_retention_seconds=3600 if path == "small-table-marks" else None)  # fmt: skip
+
+
+SHARD_PATHS = pytest.mark.parametrize("path", ["merge", "small-table-rewrite", "small-table-marks"])
+
+
+@SHARD_PATHS
+def test_shards_share_one_table_and_replay_per_shard(tmp_path: object, path: str) -> None:
+    sink = _sink(tmp_path, path)
     _snapshot(sink, A, range(1, 4))
     _snapshot(sink, B, range(1, 4))  # the same group commits both shards: each keeps its own files
     assert [r[:2] for r in _rows(sink)] == [(d, i) for d in ("db_a", "db_b") for i in (1, 2, 3)]
@@ -68,9 +80,9 @@ def test_shards_share_one_table_and_replay_per_shard(tmp_path: object, rewrite_b
     assert [r[:2] for r in _rows(sink)] == [("db_a", 100), ("db_a", 101), ("db_b", 7)]
 
 
-@pytest.mark.parametrize("rewrite_below", [0, 1 << 30], ids=["merge", "small-table-rewrite"])
-def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, rewrite_below: int) -> None:
-    sink = DeltaSink(str(tmp_path), owner="p", routes=ROUTES, rewrite_below_bytes=rewrite_below)
+@SHARD_PATHS
+def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, path: str) -> None:
+    sink = _sink(tmp_path, path)
     _snapshot(sink, A, range(1, 3))
     _snapshot(sink, B, range(1, 3))
     wider = pa.schema([*SCHEMA, ("channel", pa.string())])
@@ -100,3 +112,86 @@ def test_one_shard_adds_a_column_the_others_read_null(tmp_path: object, rewrite_
     staged = [StagedFile(f"{sink.table_uri(B)}/{p}", 1, s) for p, s in sink.table_files(B).items() if "p3-" in p]
     sink.replace_with_files(B, staged, SCHEMA, {})
     assert [r["id"] for r in sink.read(B).to_pylist()] == [5] and sink.read(A).num_rows == 2
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@SHARD_PATHS
+def test_random_batches_over_shards_match_the_model(tmp_path: object, path: str) -> None:
+    """Three shards take batch after batch, one after the other as the stream applies them (each
+    shard's commit follows its siblings'); the shared table holds exactly each shard's rows. With
+    marks, a shard is rewritten whole once per grace and marks rows in between, and what its commits
+    superseded is deleted once the grace has passed."""
+    import random
+
+    shards = [A, B, "db_c.orders"]
+    sink = _sink(tmp_path, path)
+    clock = _Clock()
+    if sink.superseded is not None:
+        sink.superseded.retention_seconds, sink.superseded.clock = 5.0, clock
+    models: dict[str, dict[int, str]] = {}
+    for s in shards:
+        _snapshot(sink, s, range(1, 60))
+        models[s] = {i: f"{s}-{i}" for i in range(1, 60)}
+    rng = random.Random(21)
+    for version in range(1, 25):
+        clock.t += 1
+        for s in shards:
+            if rng.random() < 0.2:
+                continue  # a shard without changes in this batch
+            up: dict[int, str] = {}
+            gone: set[int] = set()
+            for _ in range(rng.randrange(1, 12)):
+                k = rng.randrange(1, 80)
+                if k in models[s] and rng.random() < 0.3:
+                    gone.add(k)
+                    up.pop(k, None)
+                else:
+                    up[k] = f"{s}-{k}-{version}"
+                    gone.discard(k)
+            ids = sorted(up)
+            assert sink.apply_changes(s, pa.table({"id": ids, "v": [up[i] for i in ids]}, schema=SCHEMA),
+                                      pa.table({"id": pa.array(sorted(gone), pa.int64())}), ["id"], "app", version)
+            for k in gone:
+                models[s].pop(k, None)
+            models[s].update(up)
+            # the same batch again (a replay after a crash) is skipped by this shard's own batch id
+            assert not sink.apply_changes(s, pa.table({"id": [1], "v": ["x"]}, schema=SCHEMA),
+                                          pa.table({"id": pa.array([], pa.int64())}), ["id"], "app", version)
+        want = sorted((s.split(".")[0], k, v) for s in shards for k, v in models[s].items())
+        assert _rows(sink) == want, f"the shared table differs from the shards after batch {version}"
+    for s in shards:
+        assert {r["id"]: r["v"] for r in sink.read(s).to_pylist()} == models[s]
+    if path == "small-table-marks":
+        entries = _commit_details(sink)
+        assert {True, False} <= {e["small_table_rewrite"] for e in entries}, "both ways were taken"
+        clock.t += 6
+        from airflow_provider_mysqlcdc.sinks.delta_small_table import sweep_superseded
+
+        sweep_superseded(sink)  # every superseded file is past its grace: only the live ones stay
+        live = set(sink.table_files(A)) | set(sink.table_files(B)) | set(sink.table_files("db_c.orders"))
+        root = os.path.join(str(tmp_path), "shop", "orders")
+        on_disk = {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+                   if f.endswith(".parquet") and "_delta_log" not in d}  # fmt: skip
+        assert on_disk == live
+
+
+def _commit_details(sink: DeltaSink) -> list[dict]:
+    import json
+
+    out = []
+    log_dir = os.path.join(sink.root, "shop", "orders", "_delta_log")
+    for name in sorted(os.listdir(log_dir)):
+        if name.endswith(".json"):
+            with open(os.path.join(log_dir, name)) as f:
+                info = json.loads(f.readline())["commitInfo"]
+            details = json.loads(info.get("mysqlcdc") or "{}")
+            if "small_table_rewrite" in details:  # a stream batch's (not a snapshot group's)
+                out.append(details)
+    return out

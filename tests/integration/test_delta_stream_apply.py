@@ -160,9 +160,12 @@ def _snapshot(sink: DeltaSink, ts: TableSchema, rows: list[dict[str, Any]], grou
 
 
 def _setup(tmp_path: Path, rows: int = 200, path: str = "merge") -> tuple[DeltaSink, TableSchema, Model]:
-    """``path``: "merge", or "rewrite" — a small table's batch applied by the file rewrite
-    (``DeltaSink.rewrite_below_bytes``, what the stream does for small tables)."""
-    sink = DeltaSink(str(tmp_path / "lake"), rewrite_below_bytes=(1 << 30) if path == "rewrite" else 0)
+    """``path``: "merge", "rewrite" — a small table's batch applied by the file rewrite
+    (``DeltaSink.rewrite_below_bytes``, what the stream does for small tables) — or "mark": a small
+    table whose superseded copy is still within its grace (an hour here), so every batch after the
+    first marks its changed rows with deletion vectors instead."""
+    sink = DeltaSink(str(tmp_path / "lake"), rewrite_below_bytes=(1 << 30) if path in ("rewrite", "mark") else 0,
+                     deletion_vectors=path == "mark", small_table_retention_seconds=3600 if path == "mark" else None)
     ts = _schema()
     initial = [_row(ts, k, k) for k in range(rows)]
     _snapshot(sink, ts, initial, "g0")
@@ -170,7 +173,7 @@ def _setup(tmp_path: Path, rows: int = 200, path: str = "merge") -> tuple[DeltaS
 
 
 # ------------------------------------------------------------------------------------ apply/MERGE
-APPLY_PATHS = pytest.mark.parametrize("path", ["merge", "rewrite"])
+APPLY_PATHS = pytest.mark.parametrize("path", ["merge", "rewrite", "mark"])
 
 
 @APPLY_PATHS

@@ -72,3 +72,50 @@ def test_a_round_over_many_tables_is_spread_over_the_pauses_between_batches(tmp_
     assert rounds.step(tables, lambda: True) is None  # the next round waits for the interval
     forced = rounds.step(tables, lambda: True, force=True)
     assert forced is not None and sorted(forced["tables"]) == tables  # all at once
+
+
+def test_a_small_table_keeps_the_small_table_retention_and_its_leftovers_are_vacuumed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A stream that stopped leaves the files its last batches superseded within their grace, which
+    the next stream does not know of: a maintenance round deletes those older than the small-table
+    retention (exactly, like the stream would have) and gives the table that retention for its log
+    and files — and leaves a bigger table the vacuum retention."""
+    import time
+    from pathlib import Path
+
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
+    from airflow_provider_mysqlcdc.sinks.delta_maintenance import maintain_table
+
+    root = str(tmp_path / "lake")
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.string())])
+    stopped = DeltaSink(root, owner="p", rewrite_below_bytes=64_000, small_table_retention_seconds=1)
+    for t, rows in (("db.small", 200), ("db.big", 20_000)):
+        stopped.prepare_table(t, schema, ["id"])
+        write_deltalake(stopped.open(t), pa.table({"id": list(range(rows)), "v": [f"{i:08x}" * 4 for i in range(rows)]},
+                                                  schema=schema), mode="append")  # fmt: skip
+    for version in range(1, 4):  # each batch rewrites the small table whole, superseding its file
+        stopped.apply_changes("db.small", pa.table({"id": [version], "v": ["x"]}, schema=schema),
+                              pa.table({"id": pa.array([], pa.int64())}), ["id"], "app", version)  # fmt: skip
+    small_dir = Path(stopped.table_uri("db.small"))
+    on_disk = {str(p.relative_to(small_dir)) for p in small_dir.rglob("*.parquet") if "_delta_log" not in p.parts}
+    live = set(stopped.table_files("db.small"))
+    assert len(on_disk - live) == 3  # the snapshot's file and two rewrites, within their grace
+
+    restarted = DeltaSink(root, owner="p", rewrite_below_bytes=64_000, small_table_retention_seconds=1)
+    time.sleep(1.5)  # the grace passes
+    policy = MaintenancePolicy()
+    small = maintain_table(restarted, "db.small", policy, orphans=True)
+    assert small.small and small.vacuumed_files == 3
+    on_disk = {str(p.relative_to(small_dir)) for p in small_dir.rglob("*.parquet") if "_delta_log" not in p.parts}
+    assert on_disk == live
+    conf = DeltaTable(stopped.table_uri("db.small")).metadata().configuration
+    assert conf["delta.logRetentionDuration"] == conf["delta.deletedFileRetentionDuration"] == "interval 1 seconds"
+    assert {r["id"]: r["v"] for r in restarted.read("db.small").to_pylist()}[3] == "x"
+
+    big = maintain_table(restarted, "db.big", policy, orphans=True)
+    assert not big.small
+    conf = DeltaTable(stopped.table_uri("db.big")).metadata().configuration
+    assert conf["delta.deletedFileRetentionDuration"] == "interval 3600 seconds"
+    assert conf["delta.logRetentionDuration"] == "interval 86400 seconds"

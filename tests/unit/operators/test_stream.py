@@ -94,6 +94,30 @@ def test_stream_args() -> None:
                                schema_change_policy="sometimes").stream_args("r1")  # fmt: skip
 
 
+def test_small_table_settings_reach_the_job_and_bad_ones_are_refused_before_launch() -> None:
+    def args(**kw: object) -> list[str]:
+        return MySqlCdcStreamOperator(task_id="s", pipeline_id="shop", state_root="/s", sink_root="/l",
+                                      **kw).stream_args("r1")  # fmt: skip
+
+    assert "--rewrite-below-mb" not in args() and "--small-table-retention-seconds" not in args()
+    # as the example DAG passes them: rendered params (a string without native rendering)
+    assert args(rewrite_below_mb="4", small_table_retention_seconds=300)[-4:] == [
+        "--rewrite-below-mb", "4", "--small-table-retention-seconds", "300.0"]  # fmt: skip
+    assert args(rewrite_below_mb=0)[-2:] == ["--rewrite-below-mb", "0"]
+    with pytest.raises(ValueError, match="small_table_retention_seconds must be a number of seconds"):
+        args(small_table_retention_seconds="soon")
+    with pytest.raises(ValueError, match="raise vacuum_retention_hours"):
+        args(small_table_retention_seconds=7200)
+    assert args(small_table_retention_seconds=7200, vacuum_retention_hours="2")[-2:] == [
+        "--small-table-retention-seconds", "7200.0"]  # fmt: skip
+    with pytest.raises(ValueError, match="rewrite_below_mb must be a whole number"):
+        args(rewrite_below_mb="2.5")
+    with pytest.raises(ValueError, match="raise apply_memory_mb"):
+        args(rewrite_below_mb=600)
+    for name in ("rewrite_below_mb", "small_table_retention_seconds", "vacuum_retention_hours"):
+        assert name in MySqlCdcStreamOperator.template_fields
+
+
 def test_detached_launch_returns_the_handle_once_the_stream_runs(store: StateStore, tmp_path: Path) -> None:
     _plan(store)
     op = _op(store, driver_memory="2g", conf={"spark.ui.enabled": "false"})

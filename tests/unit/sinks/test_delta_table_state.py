@@ -40,3 +40,30 @@ def test_a_commit_replaces_files_rows_and_records_the_batch() -> None:
     assert states.rows_bytes == new_rows.nbytes
     states.forget("t")
     assert states.get("t") is None and states.rows_bytes == 0 and len(states) == 0
+
+
+def test_routed_shards_have_states_of_their_own_forgotten_with_their_table() -> None:
+    states = TableStates()
+    a, b = _state("lake/t", 10), _state("lake/t", 20)
+    a.key, b.key = "lake/t@db_a.t", "lake/t@db_b.t"
+    other = _state("lake/t2", 5)
+    for s in (a, b, other):
+        states.put(s)
+    assert states.get("lake/t@db_a.t") is a and states.get("lake/t@db_b.t") is b
+    states.committed(a, 8, {"a.parquet": 1}, a.rows, ("app@db_a.t", 3))
+    assert states.latest_known("lake/t") == 8  # b, at version 1, catches up before its next commit
+    states.forget_key("lake/t@db_a.t")
+    assert states.get("lake/t@db_a.t") is None and states.get("lake/t@db_b.t") is b
+    states.forget("lake/t")  # a schema change of the shared table: every shard reads it again
+    assert states.get("lake/t@db_b.t") is None and states.get("lake/t2") is other
+    assert states.rows_bytes == other.rows.nbytes  # type: ignore[union-attr]
+
+
+def test_live_size_leaves_out_the_rows_a_vector_deletes() -> None:
+    from pyroaring import BitMap
+
+    state = _state("t", 4)
+    state.files = {"a.parquet": 1000, "b.parquet": 500}
+    state.physical = {"a.parquet": 100, "b.parquet": 50}
+    state.vectors = {"a.parquet": BitMap(range(75))}
+    assert state.size == 1500 and state.live_size == 250 + 500
