@@ -53,6 +53,7 @@ class BatchPlan:
     superseded: dict[str, int] = field(default_factory=dict)  # data files the commit removes
     whole: bool = True
     details: dict[str, Any] = field(default_factory=dict)
+    written: list[str] = field(default_factory=list)  # files the plan wrote (deleted if it never commits)
 
     @property
     def changes_metadata(self) -> bool:
@@ -87,7 +88,8 @@ def whole_plan(files: _TableFiles, state: TableState, table: str, upserts: pa.Ta
         adds[f.rel] = add["add"]
     rel = next(iter(adds), "")
     return BatchPlan(actions, rows, Located.one_file(rel, rows.num_rows), {r: a["size"] for r, a in adds.items()},
-                     adds, {}, {r: rows.num_rows for r in adds}, dict(state.files), whole=True)  # fmt: skip
+                     adds, {}, {r: rows.num_rows for r in adds}, dict(state.files), whole=True,
+                     written=list(adds))  # fmt: skip
 
 
 def mark_plan(files: _TableFiles, state: TableState, table: str, upserts: pa.Table, deletes: pa.Table,
@@ -101,6 +103,7 @@ def mark_plan(files: _TableFiles, state: TableState, table: str, upserts: pa.Tab
     actions = _feature_actions(LogSnapshot(state.version, protocol=state.protocol, metadata=state.metadata))
     adds, vectors, physical = dict(state.adds), dict(state.vectors), dict(state.physical)
     superseded: dict[str, int] = {}
+    written: list[str] = []
     builder = VectorFileBuilder()
     marked = 0
     for n in np.unique(where.file_no[hit]).tolist():
@@ -123,6 +126,7 @@ def mark_plan(files: _TableFiles, state: TableState, table: str, upserts: pa.Tab
         marked += 1
     if marked:
         files.write_bytes(builder.name, builder.getvalue())
+        written.append(builder.name)
     keep = np.ones(state.rows.num_rows, dtype=bool)
     keep[hit] = False
     rows, located = state.rows.filter(pa.array(keep)), where.kept(keep)
@@ -134,9 +138,11 @@ def mark_plan(files: _TableFiles, state: TableState, table: str, upserts: pa.Tab
         add = add_entry(f.rel, f.size, state.partition, now, file_stats(f.rows, f.ranges, columns))
         actions.append(add)
         adds[f.rel], physical[f.rel] = add["add"], batch.num_rows
+        written.append(f.rel)
         rows, located = pa.concat_tables([rows, batch]), located.plus_file(f.rel, batch.num_rows)
     return BatchPlan(actions, rows, located, {r: int(a["size"]) for r, a in adds.items()}, adds, vectors, physical,
-                     superseded, whole=False, details={"marked_rows": len(hit), "marked_files": marked})  # fmt: skip
+                     superseded, whole=False, details={"marked_rows": len(hit), "marked_files": marked},
+                     written=written)  # fmt: skip
 
 
 def changed_keys(schema: pa.Schema, upserts: pa.Table, deletes: pa.Table, key: list[str]) -> pa.Table:
@@ -185,7 +191,7 @@ def catch_up(sink: DeltaSink, state: TableState, app_id: str, until: int | None 
     metadata, protocol = state.metadata, state.protocol
     for _, actions in entries:
         for action in actions:
-            if "add" in action and (action["add"].get("partitionValues") or {}) == state.partition:
+            if "add" in action and (action["add"].get("partitionValues") or {}) == (state.partition or {}):
                 return False
             if "remove" in action and action["remove"]["path"] in state.files:
                 return False

@@ -30,6 +30,7 @@ import json
 import logging
 import time
 import uuid
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -182,6 +183,7 @@ def _apply_by_log(sink: DeltaSink, table: str, upserts: pa.Table, deletes: pa.Ta
         except LogConflict:
             log.info("%s: version %s was committed by another writer since this stream's last commit; reading the "
                      "table again for batch %s/%s", table, state.version + 1, shard_app, version)  # fmt: skip
+            _discard(sink, state.uri, plan)
             states.forget_key(skey)
             dt = None
             time.sleep(min(0.01 * attempt, 1.0))
@@ -217,8 +219,9 @@ def _current_state(sink: DeltaSink, table: str, app_id: str, shard_app: str, dt:
 
 def _commit(sink: DeltaSink, state: TableState, plan: BatchPlan, shard_app: str, version: int, upserts: int,
             deletes: int) -> int:  # fmt: skip
-    """Write ``plan``'s log entry; a commit another shard of the table made first is caught up with
-    and the same actions committed after it (they touch this shard's files only)."""
+    """Write ``plan``'s log entry; a commit that did not touch this shard's files made first (another
+    shard's batch, a maintenance round's property set or vacuum) is caught up with and the same
+    actions committed after it."""
     metadata = commit_details(plan, shard_app, version, upserts, deletes)
     for _ in range(COMMIT_ATTEMPTS):
         try:
@@ -226,9 +229,16 @@ def _commit(sink: DeltaSink, state: TableState, plan: BatchPlan, shard_app: str,
                                   app_transaction=(shard_app, version), metadata=metadata,
                                   operation="WRITE" if plan.whole else "MERGE")  # fmt: skip
         except LogConflict:
-            if not state.partition or plan.changes_metadata or not catch_up(sink, state, shard_app):
+            if plan.changes_metadata or not catch_up(sink, state, shard_app):
                 raise
-    raise LogConflict(f"{state.uri}: {COMMIT_ATTEMPTS} commits of other shards in a row")
+    raise LogConflict(f"{state.uri}: {COMMIT_ATTEMPTS} commits of other writers in a row")
+
+
+def _discard(sink: DeltaSink, uri: str, plan: BatchPlan) -> None:
+    """Delete the files of a plan whose commit lost to another writer's: no version refers to them,
+    and the vacuum (which reads the log's removes) would never find them."""
+    for rel in plan.written:
+        sink.storage.remove(f"{uri.rstrip('/')}/{unquote(rel)}")
 
 
 def _take(sink: DeltaSink, state: TableState, plan: BatchPlan, committed: int, shard_app: str, version: int) -> None:

@@ -272,3 +272,37 @@ def _read_version(sink: DeltaSink, version: int) -> dict[int, tuple[str, int]]:
     dt = DeltaTable(sink.table_uri(TABLE), version=version)
     got = pa.table(QueryBuilder().register("t", dt).execute("SELECT id, name, qty FROM t").read_all()).to_pylist()
     return {r["id"]: (r["name"], r["qty"]) for r in got}
+
+
+def test_a_batch_that_loses_its_commit_leaves_no_file_behind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Another writer's commit lands between two batches (a maintenance round's property set, an
+    append): the batch's entry then loses the race. One that touched none of the table's files is
+    caught up with and the same actions committed after it; otherwise the batch is planned again from
+    the table as it is — and the losing plan's files, which no version refers to and no vacuum would
+    ever find, are deleted at once (issue 33: such files grew the lake under load)."""
+    import logging
+
+    sink, clock = _marking_sink(tmp_path)
+    other = DeltaSink(str(tmp_path / "lake"))
+    model = {k: (f"s{k}", k) for k in range(300)}
+    rng = random.Random(21)
+    reread = []
+    for version in range(1, 19):
+        clock.t += 25  # whole rewrites and marking batches both lose races
+        caplog.clear()
+        if version % 3 == 0:  # touches no file: the batch is committed after it without reading anew
+            other.open(TABLE).alter.set_table_properties({"delta.checkpointInterval": str(100 + version)})
+        if version % 4 == 0:  # adds a file: the batch is planned again
+            write_deltalake(other.open(TABLE), _rows({10_000 + version: ("other", version)}), mode="append")
+            model[10_000 + version] = ("other", version)
+        with caplog.at_level(logging.INFO, logger="airflow_provider_mysqlcdc.sinks.delta_small_table"):
+            assert _apply(sink, model, rng, version)
+        if any("reading the table again" in r.getMessage() for r in caplog.records):
+            reread.append(version)
+        assert _read(sink) == model, f"table differs from the model after batch {version}"
+    assert reread == [4, 8, 12, 16], reread  # 3, 6, 9, 15: caught up with the property set
+    ever_added = {line["add"]["path"] for e in _log_entries(sink) for line in e["lines"] if "add" in line}
+    ever_vectors = {line["add"]["deletionVector"]["pathOrInlineDv"] for e in _log_entries(sink)
+                    for line in e["lines"] if "add" in line and line["add"].get("deletionVector")}  # fmt: skip
+    assert _on_disk(sink, ".parquet") <= ever_added, _on_disk(sink, ".parquet") - ever_added
+    assert len(_on_disk(sink, ".bin")) <= len(ever_vectors)
