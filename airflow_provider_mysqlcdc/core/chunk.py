@@ -129,6 +129,7 @@ class ChunkLocator:
         if not self.splits:
             raise ValueError("no splits to locate keys in")
         self.order = KeyOrder(self.splits[0].key_columns, collations)
+        self.order.prefetch([s.start for s in self.splits[1:] if s.start is not None])
         check_table_splits(self.splits, self.order)
         # Boundary i is the start of split i+1 (== end of split i).
         self._bounds = [self.order.sort_key(s.start) for s in self.splits[1:]]  # type: ignore[arg-type]
@@ -151,6 +152,7 @@ class ChunkLocator:
             except (OverflowError, TypeError):  # BIGINT UNSIGNED beyond 2**63, or not integers
                 return [self.index_of(k) for k in keys]
             return np.searchsorted(bounds, values, side="right")  # type: ignore[no-any-return]
+        self.order.prefetch(keys)
         return [self.index_of(k) for k in keys]
 
 

@@ -8,9 +8,14 @@ key value into a sort key whose Python order equals the server's order:
 * integers, decimals, floats, dates and datetimes compare natively;
 * ``binary``/``varbinary`` compare as bytes (no padding);
 * ``*_bin`` collations of UTF-8 compare by code point, other ``*_bin`` by encoded byte;
-* every other collation (``utf8mb4_general_ci``, ``utf8mb4_unicode_ci``, ...) compares by the
-  per-character weights the *server* reports (``WEIGHT_STRING``), fetched once per collation by
-  the source layer and verified there against the server for every split boundary.
+* a *simple* collation (one weight per character, no contractions: ``utf8mb4_general_ci``, the
+  8-bit ``*_ci``; the server says so by ``SORTLEN`` 1) compares by the per-character weights the
+  *server* reports (``WEIGHT_STRING``), fetched once per collation by the source layer;
+* every other collation (UCA: ``utf8mb4_0900_ai_ci``, ``utf8mb4_uca1400_ai_ci``,
+  ``utf8mb4_unicode_ci``, language tailorings with contractions, characters above U+FFFF) compares
+  by the server's ``WEIGHT_STRING`` **of each whole value**, asked through a :class:`WeightSource`
+  the source layer installs and kept in a cache: never a Python re-implementation that could
+  silently disagree with the server (docs/architecture.md, "Servers and versions": *Collations*).
 
 PAD SPACE collations (most of MySQL's) compare as if the shorter string were padded with spaces,
 which is *not* the same as stripping trailing spaces ('a' > 'a\\t' because ' ' > '\\t');
@@ -25,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import total_ordering
-from typing import Any
+from threading import Lock
+from typing import Any, Protocol
 
 # Kinds of chunk-key column, decided from the MySQL data type by the source layer.
 INT = "int"
@@ -119,15 +125,38 @@ class PadSpaceKey:
         return f"PadSpaceKey({self.weights!r})"
 
 
+class WeightSource(Protocol):
+    """The server's ``WEIGHT_STRING`` of whole values (a port: ``mysql/collation.ServerWeights``)."""
+
+    def weigh(self, collation: Collation, values: Sequence[str]) -> list[bytes]: ...
+
+
+_weight_source: WeightSource | None = None
+_SERVER_CACHE_LIMIT = 500_000  # values per collation; the cache starts afresh beyond it
+
+
+def set_weight_source(source: WeightSource | None) -> None:
+    """Install where ``server`` collations get their weights in this process (the source layer
+    does, when it connects to the source)."""
+    global _weight_source
+    _weight_source = source
+
+
+def weight_source() -> WeightSource | None:
+    return _weight_source
+
+
 @dataclass
 class Collation:
     """How the server orders strings of one collation, in a form Python can apply.
 
     ``method`` is ``binary`` (bytes, no pad), ``codepoint`` (UTF-8 ``*_bin``), ``bytes`` (an
-    8-bit charset's ``*_bin``: encoded-byte order via ``codec``), or ``weights`` (per-character
-    weight table from the server). ``weights`` maps a BMP code point to its weight units;
-    characters above U+FFFF take ``supplementary`` (the collations we accept weigh them all alike,
-    as MySQL's general_ci/unicode_ci do).
+    8-bit charset's ``*_bin``: encoded-byte order via ``codec``), ``weights`` (per-character
+    weight table from the server) or ``server`` (each value's whole weight string from the server,
+    through the installed :class:`WeightSource`; compared as bytes when NO PAD, as units with
+    PAD SPACE semantics when the collation pads). ``weights`` maps a BMP code point to its weight
+    units; characters above U+FFFF take ``supplementary`` (the simple collations weigh them all
+    alike, as MySQL's general_ci does).
     """
 
     name: str
@@ -139,12 +168,57 @@ class Collation:
     weight_width: int = 2  # bytes per weight unit in the server's WEIGHT_STRING
     weights: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
     supplementary: tuple[int, ...] = ()
+    _cache: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    _lock: Lock = field(default_factory=Lock, repr=False, compare=False)
+
+    def prefetch(self, values: Sequence[Any]) -> None:
+        """Ask the server for the weights of the ``values`` not yet known, in one round (a batch of
+        binlog rows before they are placed into chunks); nothing for the other methods."""
+        if self.method != "server":
+            return
+        wanted = list(dict.fromkeys(v for v in map(self._text, values) if v not in self._cache))
+        if wanted:
+            self._remember(wanted, self._source().weigh(self, wanted))
+
+    def server_weight(self, value: str) -> bytes:
+        """The server's weight string of ``value`` (``server`` method), from the cache or asked."""
+        got = self._cache.get(value)
+        if got is None:
+            got = self._source().weigh(self, [value])[0]
+            self._remember([value], [got])
+        return got
+
+    def __getstate__(self) -> dict[str, Any]:  # the cache and its lock stay in their process
+        return {k: v for k, v in self.__dict__.items() if k not in ("_cache", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _cache={}, _lock=Lock())
+
+    def _source(self) -> WeightSource:
+        if _weight_source is None:
+            raise RuntimeError(f"collation {self.name} is ordered by the server, and this process has no connection "
+                               "to the source installed (mysql.collation.use_server_weights)")  # fmt: skip
+        return _weight_source
+
+    def _remember(self, values: Sequence[str], weights: Sequence[bytes]) -> None:
+        with self._lock:
+            if len(self._cache) + len(values) > _SERVER_CACHE_LIMIT:
+                self._cache.clear()
+            self._cache.update(zip(values, weights, strict=True))
+
+    def _text(self, value: Any) -> str:
+        if isinstance(value, bytes | bytearray):
+            return bytes(value).decode(self.codec, errors="replace")
+        return str(value)
 
     def units(self, s: str) -> tuple[int, ...]:
         if self.method == "codepoint":
             return tuple(map(ord, s))
         if self.method == "bytes":
             return tuple(s.encode(self.codec, errors="replace"))
+        if self.method == "server":
+            raw, width = self.server_weight(s), self.weight_width
+            return tuple(int.from_bytes(raw[i : i + width], "big") for i in range(0, len(raw), width))
         if self.method == "weights":
             out: list[int] = []
             table = self.weights
@@ -168,6 +242,8 @@ class Collation:
             return bytes(value) if not isinstance(value, str) else value.encode("utf-8")
         if isinstance(value, bytes | bytearray):
             value = bytes(value).decode(self.codec, errors="replace")
+        if self.method == "server" and not self.pad_space:
+            return self.server_weight(value)  # NO PAD: the weight strings compare as bytes
         units = self.units(value)
         if self.pad_space:
             return PadSpaceKey(units, self.space_weight)
@@ -230,7 +306,8 @@ class KeyOrder:
         self.columns = tuple(columns)
         collations = collations or {}
         self._funcs = []
-        for col in self.columns:
+        self._server_columns: list[tuple[int, Collation]] = []
+        for i, col in enumerate(self.columns):
             if col.kind == STRING:
                 if not col.collation:
                     raise ValueError(f"string key column {col.name} needs a collation")
@@ -240,6 +317,8 @@ class KeyOrder:
                         f"no ordering known for collation {col.collation} of key column {col.name}"
                     )
                 self._funcs.append(coll.sort_key)
+                if coll.method == "server":
+                    self._server_columns.append((i, coll))
             elif col.kind == BYTES:
                 self._funcs.append(BINARY.sort_key)
             elif col.kind == DATETIME:
@@ -248,6 +327,17 @@ class KeyOrder:
                 self._funcs.append(_identity)
             else:
                 raise ValueError(f"unsupported key kind {col.kind!r} for column {col.name}")
+
+    @property
+    def asks_server(self) -> bool:
+        """Whether a column's order comes from the server (``server`` collation)."""
+        return bool(self._server_columns)
+
+    def prefetch(self, keys: Sequence[Sequence[Any]]) -> None:
+        """Learn at once the server weights the sort keys of ``keys`` will need (one round per
+        ``server`` collation column; nothing when no column has one)."""
+        for i, coll in self._server_columns:
+            coll.prefetch([k[i] for k in keys if k[i] is not None])
 
     def sort_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
         if len(values) != len(self._funcs):

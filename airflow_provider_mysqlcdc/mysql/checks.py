@@ -8,7 +8,9 @@ from typing import Any
 
 import pymysql
 
+from airflow_provider_mysqlcdc.core.keys import STRING, Collation, KeyColumn
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
+from airflow_provider_mysqlcdc.mysql.collation import UnsupportedCollationError, fetch_collation
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
 from airflow_provider_mysqlcdc.mysql.server import ServerInfo, current_offset, server_info, variables
 
@@ -311,6 +313,22 @@ def _parsed(names: list[str]) -> list[TableId]:
     return out
 
 
+def _unordered_key(conn: Any, key: list[KeyColumn], seen: dict[str, Collation | str]) -> str | None:
+    """Why a string chunk-key column's collation cannot place keys into chunks exactly, or None."""
+    for col in key:
+        if col.kind != STRING or not col.collation:
+            continue
+        if col.collation not in seen:
+            try:
+                seen[col.collation] = fetch_collation(conn, col.collation)
+            except UnsupportedCollationError as exc:
+                seen[col.collation] = str(exc)
+        why = seen[col.collation]
+        if isinstance(why, str):
+            return f"chunk key column {col.name}: {why}"
+    return None
+
+
 def check_source(
     conn: Any,
     tables: list[str] | None = None,
@@ -330,6 +348,7 @@ def check_source(
             report.problems.append(SourceProblem("offset", str(exc)))
     ck = {str(TableId.parse(k)): v for k, v in (chunk_key_columns or {}).items()}
     known = read_table_schemas(conn, _parsed(tables or []))
+    collations: dict[str, Collation | str] = {}  # name -> the collation, or why it cannot order a chunk key
     for name in tables or []:
         try:
             tid = TableId.parse(name)
@@ -344,6 +363,10 @@ def check_source(
                     "chunk_key_columns, or add a primary key",
                     name,
                 ))  # fmt: skip
+                continue
+            unordered = _unordered_key(conn, key, collations)
+            if unordered is not None:
+                report.problems.append(SourceProblem("chunk_key_collation", f"{tid}: {unordered}", name))
                 continue
             report.tables.append(str(tid))
         except SourceSchemaError as exc:

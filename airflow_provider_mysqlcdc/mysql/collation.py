@@ -1,21 +1,29 @@
 """Learn a collation's order from the server, so Python can place string keys into chunks.
 
-For ``*_bin`` and ``binary`` the order is known without asking. For every other collation we
-ask the server for the ``WEIGHT_STRING`` of each BMP character in one query (~65k rows, well under
-a second) and build a weight table; a string's sort key is the concatenation of its characters'
-weights, compared with PAD SPACE semantics when the collation pads. That is exact for the simple
-collations (``*_general_ci``, 8-bit ``*_ci``) and for UCA collations without contractions; to be
-safe, :func:`verify_collation` re-checks Python's weights against the server for sample values
-(the splitter passes every split boundary), and a collation that fails is refused with a clear
-error instead of risking a misplaced row.
+For ``*_bin`` and ``binary`` the order is known without asking. A *simple* collation — one weight
+per character, no contractions, which the server declares with ``SORTLEN`` 1 (``*_general_ci``,
+the 8-bit ``*_ci``) — is learned as a table: the ``WEIGHT_STRING`` of each BMP character in one
+query (~65k rows, well under a second); a string's sort key is the concatenation of its
+characters' weights. Every other collation (the UCA ones: MySQL's ``utf8mb4_0900_*``, MariaDB's
+``uca1400`` family, ``*_unicode_ci``, language tailorings with contractions, distinct weights above
+U+FFFF) is ordered by the server itself: :class:`ServerWeights` asks ``WEIGHT_STRING`` of whole
+values, in batches, and the core caches them (``core/keys.Collation``, method ``server``). Python
+never re-implements an order it cannot prove equal to the server's (docs/architecture.md,
+"Servers and versions": *Collations*).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import threading
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_mysqlcdc.core.keys import Collation, PadSpaceKey
+import pymysql
+
+from airflow_provider_mysqlcdc.core.keys import Collation, PadSpaceKey, set_weight_source, weight_source
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 
 _UTF8 = {"utf8mb4", "utf8mb3", "utf8"}
 _CODECS = {
@@ -64,17 +72,34 @@ def _units(hexstr: str | None, width: int) -> tuple[int, ...]:
     return tuple(int.from_bytes(raw[i : i + width], "big") for i in range(0, len(raw), width))
 
 
+def _resolve(cur: Any, collation: str) -> tuple[str, int | None]:
+    """The character set of ``collation`` and its ``SORTLEN``. MariaDB 10.10+ lists its UCA 14
+    collations under a name without the character set (``uca1400_ai_ci``) and the full name
+    (``utf8mb4_uca1400_ai_ci``, what a column reports) only in ``COLLATION_CHARACTER_SET_APPLICABILITY``."""
+    cur.execute("SELECT CHARACTER_SET_NAME, SORTLEN FROM information_schema.COLLATIONS WHERE COLLATION_NAME = %s",
+                (collation,))  # fmt: skip
+    row = cur.fetchone()
+    if row is not None and row[0]:
+        return str(row[0]), None if row[1] is None else int(row[1])
+    try:
+        cur.execute(
+            "SELECT a.CHARACTER_SET_NAME, c.SORTLEN FROM information_schema.COLLATION_CHARACTER_SET_APPLICABILITY a "
+            "LEFT JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = a.COLLATION_NAME "
+            "WHERE a.FULL_COLLATION_NAME = %s", (collation,))  # fmt: skip
+        row = cur.fetchone()
+    except pymysql.err.OperationalError:  # MySQL: no FULL_COLLATION_NAME column
+        row = None
+    if row is None:
+        raise UnsupportedCollationError(f"the server does not know collation {collation!r}")
+    return str(row[0]), None if row[1] is None else int(row[1])
+
+
 def fetch_collation(conn: Any, collation: str) -> Collation:
     """Build a :class:`Collation` for ``collation`` by asking the server."""
     coll = _ident(collation)
     with conn.cursor() as cur:
-        cur.execute(
-            "SELECT CHARACTER_SET_NAME FROM information_schema.COLLATIONS WHERE COLLATION_NAME = %s", (coll,)
-        )
-        row = cur.fetchone()
-        if row is None:
-            raise UnsupportedCollationError(f"the server does not know collation {collation!r}")
-        charset = _ident(str(row[0]))
+        charset, sortlen = _resolve(cur, coll)
+        charset = _ident(charset)
         # PAD SPACE or NO PAD, measured rather than guessed from the name.
         cur.execute(f"SELECT CONVERT('a' USING {charset}) COLLATE {coll} = CONVERT('a ' USING {charset})")
         pad_space = bool(cur.fetchone()[0])
@@ -94,10 +119,13 @@ def fetch_collation(conn: Any, collation: str) -> Collation:
                 name=coll, method="bytes", pad_space=pad_space, codec=codec, charset=charset, space_weight=0x20
             )
 
-        cur.execute(f"SELECT HEX(WEIGHT_STRING(CONVERT(' ' USING {charset}) COLLATE {coll}))")
-        space_hex = cur.fetchone()[0] or ""
+        cur.execute(f"SELECT HEX(WEIGHT_STRING(CONVERT(' ' USING {charset}) COLLATE {coll})), "
+                    f"HEX(WEIGHT_STRING(CONVERT('a' USING {charset}) COLLATE {coll}))")  # fmt: skip
+        space_hex, a_hex = (h or "" for h in cur.fetchone())
         width = 1 if len(space_hex) == 2 else 2
         space = _units(space_hex, width)
+        if sortlen != 1:
+            return _server_ordered(coll, charset, codec, pad_space, space, _units(a_hex, width), width)
         if len(space) != 1:
             raise UnsupportedCollationError(
                 f"collation {collation} weighs a space as {space_hex}; its PAD SPACE order cannot be "
@@ -112,12 +140,8 @@ def fetch_collation(conn: Any, collation: str) -> Collation:
             for ch in _PROBE_SUPPLEMENTARY:
                 cur.execute(f"SELECT HEX(WEIGHT_STRING(CONVERT(%s USING utf8mb4) COLLATE {coll}))", (ch,))
                 probes.append(_units(cur.fetchone()[0], width))
-            if len(set(probes)) != 1:
-                raise UnsupportedCollationError(
-                    f"collation {collation} gives characters above U+FFFF distinct weights, which this "
-                    "provider cannot yet reproduce: use a *_bin, *_general_ci or *_unicode_ci collation for "
-                    "string chunk keys, or an integer chunk key"
-                )
+            if len(set(probes)) != 1:  # they weigh apart: the server orders every value
+                return _server_ordered(coll, charset, codec, pad_space, space, _units(a_hex, width), width)
             supplementary = probes[0]
     return Collation(
         name=coll,
@@ -132,9 +156,73 @@ def fetch_collation(conn: Any, collation: str) -> Collation:
     )
 
 
+def _server_ordered(coll: str, charset: str, codec: str | None, pad_space: bool, space: tuple[int, ...],
+                    a_units: tuple[int, ...], width: int) -> Collation:  # fmt: skip
+    """A collation ordered by the server's weight strings of whole values. NO PAD: the weight strings
+    compare as bytes, whatever their levels. PAD SPACE: as units padded with the space's weight,
+    which is the server's comparison only when the weight string has one level (one unit for 'a')."""
+    if pad_space and (len(space) != 1 or len(a_units) != 1):
+        raise UnsupportedCollationError(
+            f"collation {coll} pads with spaces and weighs on several levels (accents or case apart), so its "
+            "order cannot be placed exactly from weight strings yet. Use its NO PAD variant (*_nopad_*), an "
+            "accent- and case-insensitive (*_ai_ci) or *_bin collation for the chunk key, or another chunk key "
+            "(chunk_key_columns)"
+        )
+    return Collation(name=coll, method="server", pad_space=pad_space, codec=codec or "utf-8", charset=charset,
+                     space_weight=space[0] if space else 0x20, weight_width=width)  # fmt: skip
+
+
+class ServerWeights:
+    """The source's ``WEIGHT_STRING`` of whole values (``core/keys.WeightSource``): one connection of
+    its own, one query per 500 values; thread-safe (a stream's readers place keys concurrently)."""
+
+    BATCH = 500
+
+    def __init__(self, settings: ConnectionSettings):
+        self.settings = settings
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    def weigh(self, collation: Collation, values: Sequence[str]) -> list[bytes]:
+        cs, coll = _ident(collation.charset), _ident(collation.name)
+        out: list[bytes] = []
+        with self._lock:
+            for i in range(0, len(values), self.BATCH):
+                batch = list(values[i : i + self.BATCH])
+                one = f"WEIGHT_STRING(CONVERT(%s USING {cs}) COLLATE {coll})"
+                sql = " UNION ALL ".join(f"SELECT {j} AS i, {one} AS w" for j in range(len(batch)))
+                rows = dict(self._query(sql, batch))
+                out += [bytes(rows[j] or b"") for j in range(len(batch))]
+        return out
+
+    def _query(self, sql: str, args: list[str]) -> list[tuple[Any, ...]]:
+        for attempt in (1, 2):  # a connection the server closed (wait_timeout) is opened again once
+            try:
+                if self._conn is None:
+                    self._conn = self.settings.connect()
+                with self._conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    return list(cur.fetchall())
+            except pymysql.err.OperationalError:
+                self._conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def use_server_weights(settings: ConnectionSettings) -> None:
+    """Order this process's ``server`` collations by the source at ``settings`` (kept when it
+    already is; ``ConnectionSettings.connect`` calls this, so a process that reads the source
+    places its keys by it)."""
+    current = weight_source()
+    if isinstance(current, ServerWeights) and current.settings == settings:
+        return
+    set_weight_source(ServerWeights(settings))
+
+
 def verify_collation(conn: Any, collation: Collation, samples: Iterable[str]) -> None:
     """Check that Python orders ``samples`` exactly as the server's ``WEIGHT_STRING`` does."""
-    if collation.method == "binary":
+    if collation.method in ("binary", "server"):  # the server's own order
         return
     values = [s for s in samples if isinstance(s, str)]
     if not values:

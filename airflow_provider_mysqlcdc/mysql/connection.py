@@ -56,8 +56,13 @@ class ConnectionSettings:
         return kw
 
     def connect(self, **overrides: Any) -> pymysql.connections.Connection:
+        """A connection to the source; the process then orders the keys of collations only the
+        server can order (``server`` method) by this source (``mysql/collation.use_server_weights``)."""
+        from airflow_provider_mysqlcdc.mysql.collation import use_server_weights
+
         kw = self.connect_kwargs()
         kw.update(overrides)
+        use_server_weights(self)
         try:
             return pymysql.connect(**kw)
         except pymysql.err.OperationalError as exc:

@@ -1,9 +1,10 @@
 """Turn a pipeline's table selection into the tables a plan captures, against the live server.
 
 One ``information_schema`` listing resolves every pattern; the source checks then run on the
-candidates. A problem with a table named exactly fails the plan as before (the user asked for that
-table); a table only a pattern selected is skipped with the reason, so one odd table in a database
-of hundreds (no primary key, a nullable chunk key) does not stop the capture of the rest
+candidates. A table that exists but cannot be captured (no primary key, a nullable chunk key, a
+chunk key whose collation cannot be placed) is skipped with the reason, named exactly or selected
+by a pattern, so one odd table never stops the capture of the rest; a table named exactly that does
+not exist (a typo) and a server-wide problem fail the plan, as does a selection left with nothing
 (docs/architecture.md, "Table selection").
 """
 
@@ -20,6 +21,11 @@ from airflow_provider_mysqlcdc.mysql.schema import list_catalog
 log = logging.getLogger(__name__)
 
 
+#: Problems that fail the plan for a table named exactly: the name (or its chunk_key_columns) is wrong,
+#: not the table.
+EXACT_FATAL = frozenset({"unknown_table", "table"})
+
+
 @dataclass
 class TableChoice:
     """The tables a plan captures, and what the selection matched but left out (with why)."""
@@ -27,6 +33,7 @@ class TableChoice:
     tables: list[str]
     report: SourceReport
     skipped: dict[str, str] = field(default_factory=dict)  # table -> the check's message
+    skipped_exact: list[str] = field(default_factory=list)  # of those, the ones named exactly
     not_tables: dict[str, str] = field(default_factory=dict)  # views, sequences -> their kind
     excluded: list[str] = field(default_factory=list)
     unmatched_patterns: list[str] = field(default_factory=list)
@@ -59,12 +66,13 @@ def choose_tables(
     problem, a problem with an exactly named table, or when nothing is left to capture."""
     resolution = selection.resolve(list_catalog(conn) if selection.has_patterns else [])
     report = check_source(conn, resolution.tables, chunk_key_columns)
-    fatal = [p for p in report.problems if p.table is None or p.table in resolution.exact]
+    fatal = [p for p in report.problems if p.table is None or (p.table in resolution.exact and p.code in EXACT_FATAL)]
     skipped = {str(p.table): p.message for p in report.problems if p not in fatal}
     choice = TableChoice(
         tables=[t for t in resolution.tables if t not in skipped],
         report=replace(report, problems=fatal),
         skipped=skipped,
+        skipped_exact=[t for t in skipped if t in resolution.exact],
         not_tables=resolution.not_tables,
         excluded=resolution.excluded,
         unmatched_patterns=resolution.unmatched_patterns,

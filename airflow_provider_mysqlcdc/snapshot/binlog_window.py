@@ -155,10 +155,9 @@ def _apply_to_chunks(w: _TableWork, fold: BucketedFold, workdir: str, memory_byt
             if not up.num_rows:
                 continue
             up = up.select(w.arrow_schema.names).cast(w.arrow_schema)
-            sids = np.fromiter(
-                (w.locator.locate(list(r.values())).split_id for r in up.select(w.chunk_cols).to_pylist()),
-                dtype=np.int64, count=up.num_rows,
-            )  # fmt: skip
+            chunk_keys = [list(r.values()) for r in up.select(w.chunk_cols).to_pylist()]
+            w.locator.order.prefetch(chunk_keys)
+            sids = np.fromiter((w.locator.locate(k).split_id for k in chunk_keys), dtype=np.int64, count=up.num_rows)
             for sid in np.unique(sids):
                 if int(sid) not in group_ids:
                     continue  # a key now in another group's chunk: that group's window places it

@@ -72,6 +72,7 @@ from airflow_provider_mysqlcdc.core.handoff import admit
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.mysql import binlog_values
 from airflow_provider_mysqlcdc.mysql.binlog_reader import BinlogRangeReader, BinlogReaderInterrupted
+from airflow_provider_mysqlcdc.mysql.collation import use_server_weights
 from airflow_provider_mysqlcdc.mysql.connection import SourceConnectionError
 from airflow_provider_mysqlcdc.mysql.rows_decoder import key_image_columns
 from airflow_provider_mysqlcdc.storage import LOCAL, LakeStorage
@@ -132,6 +133,7 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(reader.schema, timezone="UTC")
+    use_server_weights(reader._settings())  # keys of server-ordered collations are placed by the source
     manifest = reader.manifest
     flt = manifest.handoff_filter()
     schemas = manifest.schemas()
@@ -260,7 +262,11 @@ def read_partition(reader: MySqlBinlogStreamReader, part: BinlogPartition) -> It
                     whole = tf.admits_every_row(tx_key)  # the common case: the event's rows go in whole
                     if not whole:  # the handoff rule (core/handoff.py), row by row
                         keys = key_cols[table]
-                        kept = [k for ch in item.changes() if (k := admit(ch, flt, keys, tx_key))]
+                        changes = list(item.changes())
+                        if tf.locator.order.asks_server:  # learn the event's key weights in one round
+                            tf.locator.order.prefetch([[img[c] for c in keys] for ch in changes
+                                                       for img in (ch.before, ch.after) if img])  # fmt: skip
+                        kept = [k for ch in changes if (k := admit(ch, flt, keys, tx_key))]
                         if not kept:
                             continue
                     b = builders[table]

@@ -63,8 +63,9 @@ def varchar(collation: str) -> str:
 
 
 # Letters that collide under case/accent-insensitive collations, padding characters below and at
-# space, an expansion (ß = ss under unicode_ci), characters above U+FFFF (equal under the _ci ones).
-ALPHABET = "aaAábBbeEéÈsSßzZø09_- \t" + "\U0001f600\U0001f601"
+# space, an expansion (ß = ss under unicode_ci), characters above U+FFFF (equal under general_ci,
+# apart under the UCA 5.2+ ones), and the letters of the Spanish contractions (ch, ll).
+ALPHABET = "aaAábBbeEéÈsSßzZø09_- \t" + "\U0001f600\U0001f601" + "cChHlL"
 ACCENTS = str.maketrans("aAeEoO", "áÁéÉóÓ")
 
 
@@ -268,6 +269,12 @@ GENERATORS: list[tuple[Callable[[random.Random], Case], int]] = [
     (_g_varchar("utf8mb4_unicode_ci"), 2),
     (_g_varchar("utf8mb4_bin"), 1),
     (_g_varchar("utf8mb4_nopad_bin"), 1),
+    # ordered by the server's weight strings (core/keys, method "server")
+    (_g_varchar("utf8mb4_uca1400_ai_ci"), 2),  # MariaDB 11's default
+    (_g_varchar("utf8mb4_unicode_520_ci"), 1),  # characters above U+FFFF weigh apart
+    (_g_varchar("utf8mb4_spanish2_ci"), 1),  # contractions: ch, ll
+    (_g_varchar("utf8mb4_uca1400_spanish2_ai_ci"), 1),
+    (_g_varchar("utf8mb4_uca1400_nopad_as_cs"), 1),  # several levels, no pad: bytes of the weight strings
     (_g_composite_const("utf8mb4_general_ci"), 2),
     (_g_composite_mixed("utf8mb4_unicode_ci"), 1),
     (_g_composite_mixed("utf8mb4_bin"), 1),
@@ -466,7 +473,7 @@ def test_every_row_in_exactly_one_split(
 def test_generator_covers_enough_tables() -> None:
     assert len(CASES) >= 30
     names = {make_case(g, i).name for g, i in CASES}
-    for coll in ("utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin"):
+    for coll in ("utf8mb4_general_ci", "utf8mb4_unicode_ci", "utf8mb4_bin", "utf8mb4_uca1400_ai_ci"):
         assert f"varchar_{coll}" in names
 
 

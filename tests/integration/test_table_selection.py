@@ -75,11 +75,28 @@ def test_a_regex_matches_the_whole_name(cdc_conn: Any, shop: str) -> None:
                                                                       f"{shop}.orders_2"]  # fmt: skip
 
 
-def test_a_problem_with_a_table_named_exactly_still_fails(cdc_conn: Any, shop: str) -> None:
+def test_a_table_named_exactly_that_cannot_be_captured_is_skipped_and_a_misspelt_one_fails(
+    mariadb: MariaDBServer, cdc_conn: Any, shop: str
+) -> None:
+    """One table never fails the run for the others: a table without a key, or keyed by a string
+    whose collation cannot be placed exactly (several levels under PAD SPACE), is skipped with its
+    reason even when named exactly; a name that matches no table is the user's typo and fails."""
+    mariadb.execute(
+        "CREATE TABLE levels (k VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_as_cs NOT NULL PRIMARY KEY)",
+        "CREATE TABLE uca (k VARCHAR(20) CHARACTER SET utf8mb4 COLLATE utf8mb4_uca1400_ai_ci NOT NULL PRIMARY KEY)",
+        database=shop,
+    )
+    choice = _choose(cdc_conn, [f"{shop}.orders_*", f"{shop}.nokey", f"{shop}.levels", f"{shop}.uca"])
+    assert sorted(choice.tables) == [f"{shop}.orders_1", f"{shop}.orders_10", f"{shop}.orders_2", f"{shop}.uca"]
+    assert sorted(choice.skipped) == [f"{shop}.levels", f"{shop}.nokey"]
+    assert "primary key" in choice.skipped[f"{shop}.nokey"]
+    assert "utf8mb4_uca1400_as_cs" in choice.skipped[f"{shop}.levels"]
+    assert "chunk_key_columns" in choice.skipped[f"{shop}.levels"]  # the way out
+    assert choice.report.ok
     with pytest.raises(SourceCheckError) as exc:
-        _choose(cdc_conn, [f"{shop}.orders_*", f"{shop}.nokey"])
-    assert [p.table for p in exc.value.report.problems] == [f"{shop}.nokey"]
-    assert "primary key" in str(exc.value)
+        _choose(cdc_conn, [f"{shop}.orders_*", f"{shop}.ordrs_1"])
+    assert [p.table for p in exc.value.report.problems] == [f"{shop}.ordrs_1"]
+    assert "does not exist" in str(exc.value)
 
 
 def test_a_selection_that_matches_nothing_capturable_names_the_patterns(cdc_conn: Any, shop: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
@@ -258,3 +259,77 @@ def test_key_column_dict_round_trip() -> None:
     c = KeyColumn("name", keys.STRING, "utf8mb4_general_ci")
     assert KeyColumn.from_dict(c.to_dict()) == c
     assert KeyColumn.from_dict({"name": "id", "kind": "int"}) == KeyColumn("id", keys.INT, None)
+
+
+# ------------------------------------------------------------------ collations the server orders
+class _Weights:
+    """A stand-in for the server's WEIGHT_STRING: 2-byte units, case-insensitive, 'ch' one unit
+    after 'c' (a contraction), records each round it is asked."""
+
+    def __init__(self) -> None:
+        self.rounds: list[list[str]] = []
+
+    def weigh(self, collation: Collation, values: list[str]) -> list[bytes]:
+        self.rounds.append(list(values))
+        out = []
+        for v in values:
+            units, i, low = [], 0, v.lower()
+            while i < len(low):
+                if low.startswith("ch", i):
+                    units.append(ord("c") * 2 + 1)
+                    i += 2
+                    continue
+                units.append(ord(low[i]) * 2)
+                i += 1
+            out.append(b"".join(u.to_bytes(2, "big") for u in units))
+        return out
+
+
+@pytest.fixture
+def weights() -> Iterator[_Weights]:
+    source = _Weights()
+    before = keys.weight_source()
+    keys.set_weight_source(source)
+    yield source
+    keys.set_weight_source(before)
+
+
+def test_a_server_collation_orders_by_the_servers_weight_strings_and_asks_each_value_once(weights: _Weights) -> None:
+    coll = Collation(name="x_0900_ai_ci", method="server", pad_space=False)
+    order = KeyOrder([KeyColumn("k", keys.STRING, "x_0900_ai_ci")], {"x_0900_ai_ci": coll})
+    values = ["d", "Ch", "cz", "c", "ca", "CH"]
+    order.prefetch([[v] for v in values])
+    assert weights.rounds == [values]  # one round for the batch
+    ranked = sorted(values, key=lambda v: order.sort_key([v]))
+    assert ranked == ["c", "ca", "cz", "Ch", "CH", "d"]  # the contraction sorts after every c-word
+    assert order.sort_key(["ch"]) == order.sort_key(["CH"])
+    assert len(weights.rounds) == 2 and weights.rounds[1] == ["ch"]  # a value not prefetched: asked once
+    order.sort_key(["ch"])
+    assert len(weights.rounds) == 2
+
+
+def test_a_padding_server_collation_compares_as_if_padded_with_spaces(weights: _Weights) -> None:
+    coll = Collation(name="x_uca1400_ai_ci", method="server", pad_space=True, space_weight=ord(" ") * 2)
+    assert coll.sort_key("ab") == coll.sort_key("AB  ")
+    assert coll.sort_key("ab\t") < coll.sort_key("ab")  # the tab weighs below the padding space
+
+
+def test_a_server_collation_without_a_source_names_what_is_missing() -> None:
+    before = keys.weight_source()
+    keys.set_weight_source(None)
+    try:
+        with pytest.raises(RuntimeError, match="ordered by the server"):
+            Collation(name="x_0900_ai_ci", method="server", pad_space=False).sort_key("a")
+    finally:
+        keys.set_weight_source(before)
+
+
+def test_a_server_collation_travels_without_its_cache(weights: _Weights) -> None:
+    import pickle
+
+    coll = Collation(name="x_0900_ai_ci", method="server", pad_space=False)
+    coll.sort_key("a")
+    copy = pickle.loads(pickle.dumps(coll))
+    assert copy == coll and copy._cache == {} and Collation.from_dict(json.loads(json.dumps(coll.to_dict()))) == coll
+    copy.sort_key("a")
+    assert len(weights.rounds) == 2  # asked again in the new process
