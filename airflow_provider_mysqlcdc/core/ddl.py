@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from airflow_provider_mysqlcdc.core.table import TableId
+
 ALTER = "alter"
 TRUNCATE = "truncate"
 DROP = "drop"
@@ -61,9 +63,9 @@ def _unquote(ident: str) -> str:
 def _qualify(name: str, default_db: str | None) -> str | None:
     parts = re.findall(_IDENT, name)
     if len(parts) == 2:
-        return f"{_unquote(parts[0])}.{_unquote(parts[1])}"
+        return str(TableId(_unquote(parts[0]), _unquote(parts[1])))
     if len(parts) == 1 and default_db:
-        return f"{default_db}.{_unquote(parts[0])}"
+        return str(TableId(default_db, _unquote(parts[0])))
     return None
 
 
@@ -206,6 +208,9 @@ def shadow_of(table: str) -> str | None:
     Why: the tool fills the shadow table through the binlog (row copies and replayed changes) and
     renames it in under the original name at its cut-over; a stream that captured the shadow from
     its CREATE can continue the original table from the shadow's rows at that point."""
-    db, _, name = table.partition(".")
-    m = _SHADOW.match(name)
-    return f"{db}.{m.group(1)}" if m and db else None
+    try:
+        tid = TableId.parse(table)
+    except ValueError:  # not db.table
+        return None
+    m = _SHADOW.match(tid.table)
+    return str(TableId(tid.database, m.group(1))) if m else None

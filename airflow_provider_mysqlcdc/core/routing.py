@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.core.table_selection import TablePattern
 
 SOURCE_DATABASE = "_source_database"
@@ -50,8 +51,8 @@ class RoutedTable:
 
     @property
     def partition_values(self) -> dict[str, str]:
-        db, _, name = self.source.partition(".")
-        return {SOURCE_DATABASE: db, SOURCE_TABLE: name}
+        tid = TableId.parse(self.source)
+        return {SOURCE_DATABASE: tid.database, SOURCE_TABLE: tid.table}
 
     def app_id(self, app_id: str) -> str:
         """The Delta transaction app id of this shard's stream commits: every shard of one batch

@@ -25,22 +25,79 @@ class TableId:
 
     @classmethod
     def parse(cls, text: str) -> TableId:
-        t = text.strip().replace("`", "")
-        db, sep, name = t.partition(".")
-        if not sep or not db or not name or "." in name:
-            raise SourceSchemaError(f"table names must be written as <database>.<table>, got {text!r}")
-        return cls(db, name)
+        """``db.table``; a part holding a dot, a backtick or edge spaces is written in backticks, as in
+        SQL (``shop.`order.items```, ```a``b`.t``) — the form :meth:`__str__` gives it."""
+        parts = _name_parts(text.strip()) if isinstance(text, str) else None
+        if parts is None or len(parts) != 2 or not all(parts):
+            raise SourceSchemaError(
+                f"table names must be written as <database>.<table>, got {text!r}; a name holding a dot or a "
+                "backtick is written in backticks as in SQL, e.g. shop.`order.items` (a backtick doubled: `a``b`)"
+            )
+        return cls(parts[0], parts[1])
 
     def __str__(self) -> str:
-        return f"{self.database}.{self.table}"
+        """``db.table``, each part in backticks only when it needs them: the canonical text of a table
+        everywhere (manifest, plan, logs), parsed back by :meth:`parse`."""
+        return f"{_text_part(self.database)}.{_text_part(self.table)}"
 
     @property
     def quoted(self) -> str:
         return f"{quote_ident(self.database)}.{quote_ident(self.table)}"
 
+    @property
+    def path(self) -> str:
+        """``db/table`` as a lake path: the names as they are, a ``/`` or ``\\`` in one escaped (the
+        only characters a directory name cannot hold)."""
+        return f"{_path_part(self.database)}/{_path_part(self.table)}"
+
 
 def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def _text_part(name: str) -> str:
+    plain = name and "." not in name and "`" not in name and name == name.strip()
+    return name if plain else quote_ident(name)
+
+
+def _path_part(name: str) -> str:
+    return name.replace("%", "%25").replace("/", "%2F").replace("\\", "%5C") if "/" in name or "\\" in name else name
+
+
+def _name_parts(text: str) -> list[str] | None:
+    """The dot-separated parts of ``text``, each bare (no dot, no backtick) or in backticks (a
+    doubled backtick inside is one); None when a quote is not closed or a bare part holds one."""
+    parts: list[str] = []
+    i, n = 0, len(text)
+    while True:
+        if i < n and text[i] == "`":
+            j, buf = i + 1, []
+            while True:
+                k = text.find("`", j)
+                if k < 0:
+                    return None
+                buf.append(text[j:k])
+                if k + 1 < n and text[k + 1] == "`":
+                    buf.append("`")
+                    j = k + 2
+                    continue
+                break
+            parts.append("".join(buf))
+            i = k + 1
+        else:
+            k = text.find(".", i)
+            part = text[i:] if k < 0 else text[i:k]
+            if "`" in part:
+                return None
+            parts.append(part)
+            i = n if k < 0 else k
+        if i >= n:
+            return parts
+        if text[i] != ".":
+            return None
+        i += 1
+        if i >= n:
+            return [*parts, ""]
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,10 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
+
 _REGEX_CHARS = frozenset("\\+()[]{}|^$")
 _GLOB_CHARS = frozenset("*?")
-_EXACT = re.compile(r"^`?[^`.\s]+`?\.`?[^`.\s]+`?$")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class TablePattern:
     text: str
     kind: str  # "exact" | "glob" | "regex"
     _regex: re.Pattern[str] = field(repr=False, compare=False)
+    _parts: tuple[re.Pattern[str], re.Pattern[str]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, text: str) -> TablePattern:
@@ -49,22 +51,31 @@ class TablePattern:
                 raise ValueError(f"{t!r} is not a valid regular expression ({exc}); write the dot between "
                                  "database and table as \\. e.g. shop\\.order_[0-9]+") from None  # fmt: skip
         if any(c in _GLOB_CHARS for c in t):
-            db, sep, name = t.replace("`", "").partition(".")
-            if not sep or not db or not name or "." in name:
-                raise ValueError(f"{t!r} is not a pattern written as <database>.<table> with * or ?, e.g. shop.*")
-            return cls(t, "glob", re.compile(_glob(db) + r"\." + _glob(name)))
-        if not _EXACT.match(t):
-            raise ValueError(f"{t!r} is not a table name written as <database>.<table>, e.g. shop.orders")
-        exact = t.replace("`", "")
+            try:
+                parts = TableId.parse(t)  # a part holding a dot is written in backticks, as in a name
+            except SourceSchemaError:
+                raise ValueError(f"{t!r} is not a pattern written as <database>.<table> with * or ?, e.g. "
+                                 "shop.*") from None  # fmt: skip
+            globs = (re.compile(_glob(parts.database)), re.compile(_glob(parts.table)))
+            return cls(t, "glob", re.compile(re.escape(t)), globs)
+        try:
+            exact = str(TableId.parse(t))  # canonical: a part holding a dot or a backtick stays quoted
+        except SourceSchemaError:
+            raise ValueError(f"{t!r} is not a table name written as <database>.<table>, e.g. shop.orders; a name "
+                             "holding a dot or a backtick is written in backticks as in SQL, e.g. shop.`order.items` "
+                             "(a backtick doubled: `a``b`)") from None  # fmt: skip
         return cls(exact, "exact", re.compile(re.escape(exact)))
 
     def matches(self, table: str) -> bool:
+        if self._parts is not None:  # a glob matches the database and the table name each, whatever they hold
+            tid = TableId.parse(table)
+            return bool(self._parts[0].fullmatch(tid.database) and self._parts[1].fullmatch(tid.table))
         return self._regex.fullmatch(table) is not None
 
 
 def _glob(part: str) -> str:
-    """A glob part as a regex that cannot cross the database/table dot."""
-    return "".join("[^.]*" if c == "*" else "[^.]" if c == "?" else re.escape(c) for c in part)
+    """A glob part (the database's or the table's) as a regex over that part alone."""
+    return "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in part)
 
 
 @dataclass(frozen=True)

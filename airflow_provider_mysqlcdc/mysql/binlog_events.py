@@ -52,7 +52,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent
 from airflow_provider_mysqlcdc.core.change import RowChange, RowsEventChanges
 from airflow_provider_mysqlcdc.core.ddl import CREATE, created_table, table_ddl
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset, binlog_file_number
-from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
 from airflow_provider_mysqlcdc.mysql.server import BinlogReadError
 from airflow_provider_mysqlcdc.mysql.table_maps import RowConverter, TableMaps
 
@@ -86,10 +86,8 @@ class BinlogReaderInterrupted(RuntimeError):
 
 
 def _split_table(name: str) -> tuple[str, str]:
-    db, sep, table = name.partition(".")
-    if not sep or not db or not table:
-        raise ValueError(f"tables must be given as 'db.table', got {name!r}")
-    return db, table
+    tid = TableId.parse(name)
+    return tid.database, tid.table
 
 
 class BinlogEventStateMachine:

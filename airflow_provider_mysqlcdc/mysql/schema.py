@@ -36,7 +36,7 @@ def list_catalog(conn: Any) -> list[CatalogTable]:
     with conn.cursor() as cur:
         cur.execute(_CATALOG_SQL, SYSTEM_SCHEMAS)
         rows = cur.fetchall()
-    return [CatalogTable(f"{db}.{name}", str(kind)) for db, name, kind in rows]
+    return [CatalogTable(str(TableId(db, name)), str(kind)) for db, name, kind in rows]
 
 
 _ALL_COLUMNS_SQL = """

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_mysqlcdc.core.table import TableSchema
+from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
 from airflow_provider_mysqlcdc.mysql.rows_decoder import RowsDecoder, UnsupportedRowFormat
 from airflow_provider_mysqlcdc.mysql.server import BinlogReadError
 
@@ -109,7 +109,7 @@ class TableMaps:
         schema, table = ev.schema, ev.table
         if self.tables is not None and (schema, table) not in self.tables:
             return None
-        name = f"{schema}.{table}"
+        name = str(TableId(schema, table))
         missing = [i for i, c in enumerate(ev.columns) if not c.name]
         if missing:
             raise BinlogReadError(

@@ -31,6 +31,7 @@ from deltalake.exceptions import TableNotFoundError
 from airflow_provider_mysqlcdc import storage as lake_storage
 from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, RoutedTable, Routes
+from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.sinks.delta_files import (
     FileActions,
     add_actions,
@@ -207,8 +208,7 @@ class DeltaSink:
 
     def table_uri(self, table: str) -> str:
         route = self.route_of(table)
-        db, _, name = (route.target if route else table).partition(".")
-        return f"{self.root}/{db}/{name}"
+        return f"{self.root}/{TableId.parse(route.target if route else table).path}"
 
     def _is_local(self) -> bool:
         return lake_storage.is_local(self.root)

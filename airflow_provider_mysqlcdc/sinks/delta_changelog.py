@@ -19,6 +19,7 @@ from deltalake import DeltaTable, QueryBuilder, write_deltalake
 from deltalake.transaction import CommitProperties, Transaction
 
 from airflow_provider_mysqlcdc.core.changelog import changelog_schema, scd2
+from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_merge import delta_arrow_schema
 
@@ -28,8 +29,7 @@ CHANGELOG_DIR = "_changelog"
 
 
 def changelog_uri(sink: DeltaSink, table: str) -> str:
-    db, _, name = table.partition(".")
-    return f"{sink.root}/{CHANGELOG_DIR}/{db}/{name}"
+    return f"{sink.root}/{CHANGELOG_DIR}/{TableId.parse(table).path}"
 
 
 def changelog_exists(sink: DeltaSink, table: str) -> bool:

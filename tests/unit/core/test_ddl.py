@@ -50,7 +50,8 @@ def test_table_ddl(sql: str, db: str | None, expected: list[TableDdl]) -> None:
 
 
 def test_without_a_captured_set_every_table_is_reported() -> None:
-    assert table_ddl("ALTER TABLE `we``ird`.`t` ADD c INT", None) == [TableDdl(ALTER, "we`ird.t")]
+    assert table_ddl("ALTER TABLE `we``ird`.`t` ADD c INT", None) == [TableDdl(ALTER, "`we``ird`.t")]  # canonical text
+    assert table_ddl("ALTER TABLE shop.`order.items` ADD c INT", None) == [TableDdl(ALTER, "shop.`order.items`")]
 
 
 def test_converter_fills_only_columns_the_stream_added() -> None:
