@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from airflow_provider_mysqlcdc.mysql.binlog_reader import ONE_SHOT_SERVER_ID, BinlogRangeReader
 from airflow_provider_mysqlcdc.mysql.checks import check_source
 from airflow_provider_mysqlcdc.mysql.server import current_offset, server_info, variables
 from tests.support.mariadb import MariaDBServer
@@ -118,3 +119,27 @@ def test_a_missing_root_names_the_command_to_run(tmp_path, monkeypatch: pytest.M
     monkeypatch.setenv(ROOTS_ENV, str(tmp_path))
     with pytest.raises(ServerRootMissingError, match="make server-roots"):
         RootServer(MYSQL97)
+
+
+def test_binlog_reader_reads_full_row_images(server: MariaDBServer, server_db: str) -> None:
+    """MySQL pads a rows event's column bitmap with 1 bits, MariaDB with 0: both are full images."""
+    server.execute("CREATE TABLE r (k VARCHAR(10) PRIMARY KEY, v INT NOT NULL)", database=server_db)
+    with server.cdc_settings().connect() as conn:
+        start = current_offset(conn)
+        server.execute(
+            "INSERT INTO r VALUES ('a', 1), ('b', 2)",
+            "UPDATE r SET v = 3 WHERE k = 'a'",
+            "DELETE FROM r WHERE k = 'b'",
+            database=server_db,
+        )
+        end = current_offset(conn)
+    table = f"{server_db}.r"
+    with BinlogRangeReader(server.cdc_settings(), start, end, [table], ONE_SHOT_SERVER_ID) as reader:
+        got = [(c.before, c.after) for c in reader]
+    assert got == [
+        (None, {"k": "a", "v": 1}),
+        (None, {"k": "b", "v": 2}),
+        ({"k": "a", "v": 1}, {"k": "a", "v": 3}),
+        ({"k": "b", "v": 2}, None),
+    ]
+    assert reader.position == end
