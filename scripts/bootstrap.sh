@@ -2,7 +2,9 @@
 # Installs everything the project needs on a fresh Debian machine, idempotently:
 #   - Debian packages: mariadb-server (mariadbd, mariadb-install-db), libmariadb-java (JDBC jar
 #     for Spark), a JRE if none is present;
-#   - a virtualenv at .venv with the provider installed (editable) at the tested versions.
+#   - a virtualenv at .venv with the provider installed (editable) at the tested versions;
+#   - the Debian roots the tests run MySQL 9.7 and MariaDB 11.8 from (scripts/server_roots.sh),
+#     when one is missing.
 # Re-running is cheap: the pip step is skipped while setup.cfg and constraints.txt are unchanged.
 # Output goes to .bootstrap.log (one line here per step); on a failure its last lines are shown.
 set -euo pipefail
@@ -48,3 +50,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
   echo "bootstrap: Python packages installed in $(( $(date +%s) - t0 ))s"
 fi
+
+ROOTS="${MYSQLCDC_SERVER_ROOTS:-/var/cache/mysqlcdc/roots}"
+for name in mysql97 mariadb118; do
+  if [ ! -f "$ROOTS/$name/.mysqlcdc-root-complete" ]; then
+    bash scripts/server_roots.sh
+    break
+  fi
+done

@@ -1,7 +1,9 @@
 """Shared fixtures: a private MariaDB with a ROW binlog, per-test databases, Airflow env.
 
 The server is session-scoped (starting one takes ~1 s); tests that must reconfigure or restart a
-server start their own with ``MariaDBServer`` so they never disturb the shared one.
+server start their own with ``MariaDBServer`` so they never disturb the shared one. ``mysql97`` and
+``mariadb118`` run MySQL 9.7 and MariaDB 11.8 from Debian roots (``tests/support/servers.py``),
+started only for the tests that ask for them; ``server`` runs a test on each of the three.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ os.environ.setdefault(
 
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings  # noqa: E402
 from tests.support.mariadb import MariaDBServer  # noqa: E402
+from tests.support.servers import RootServer, start_server  # noqa: E402
+
+# The servers a test parametrised by ``server`` runs on: the machine's MariaDB 10.11 (fixture
+# ``mariadb``) and the two from Debian roots.
+SERVER_NAMES = ["mariadb1011", "mariadb118", "mysql97"]
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +41,35 @@ def mariadb() -> Iterator[MariaDBServer]:
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture(scope="session")
+def mysql97() -> Iterator[RootServer]:
+    """MySQL 9.7 with ROW binlog, full row metadata and GTID mode on, server default collation
+    (utf8mb4_0900_ai_ci); started on first use (~6 s the first time in a process, ~3 s after)."""
+    server = start_server("mysql97")
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def mariadb118() -> Iterator[RootServer]:
+    """MariaDB 11.8 with ROW binlog and full row metadata, server default collation
+    (utf8mb4_uca1400_ai_ci); started on first use (~2 s)."""
+    server = start_server("mariadb118")
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(params=SERVER_NAMES)
+def server(request: pytest.FixtureRequest) -> MariaDBServer:
+    """Each of the three servers in turn (the session's shared one of each flavour)."""
+    name = "mariadb" if request.param == "mariadb1011" else request.param
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,8 @@ class TableMaps:
         full = self._full_bitmaps.get(ncols)
         if full is None:
             full = self._full_bitmaps[ncols] = ((1 << ncols) - 1).to_bytes((ncols + 7) // 8, "little")
-        if ev.columns_present_bitmap != full or (op == "u" and ev.columns_present_bitmap2 != full):
+        partial = not _has_all(ev.columns_present_bitmap, full)
+        if partial or (op == "u" and not _has_all(ev.columns_present_bitmap2, full)):
             raise BinlogReadError(
                 f"a rows event of {name} at {file}:{start} does not carry every column: the source "
                 "logs partial row images. Set binlog_row_image=FULL (SET GLOBAL binlog_row_image='FULL' "
@@ -119,6 +120,14 @@ class TableMaps:
                 "stay unnamed, so start CDC (or re-snapshot) from an offset after it"
             )
         return name
+
+
+def _has_all(bitmap: bytes, full: bytes) -> bool:
+    """Whether a rows event's column bitmap has every bit of ``full`` set. The bits past the last
+    column are padding: MariaDB writes them 0, MySQL (seen on 9.7.4) writes them 1."""
+    return bitmap == full or (
+        len(bitmap) == len(full) and all(b & f == f for b, f in zip(bitmap, full, strict=True))
+    )
 
 
 def _library_images(rows: list[dict[str, Any]], op: str, name: str, convert: RowConverter | None) -> list[Any]:
