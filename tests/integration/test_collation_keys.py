@@ -8,8 +8,10 @@ are placed into chunks by the server's weight strings of whole values (``core/ke
 accents, trailing spaces, tabs, emoji and contractions; a writer inserts, updates, deletes and moves
 keys to such variants of themselves while the tables are snapshotted in several groups, and the
 stream starts from the minimum high watermark: once it has caught up, every Delta table equals its
-source row for row. A collation whose order cannot be placed exactly is skipped with its reason
-(``tests/integration/test_table_selection.py``).
+source row for row. On MariaDB 11.8 and MySQL 9.7 the random writer's three tricky-key tables
+(``tests/support/random_writer.py``: key moves across chunks and groups, a composite key, case-only
+key changes) ride along in the same snapshot and stream. A collation whose order cannot be placed
+exactly is skipped with its reason (``tests/integration/test_table_selection.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.job import StreamOptions, start_stream, stop_gracefully, wait_until_caught_up
 from tests.integration.test_stream_e2e import assert_sink_equals_source
 from tests.support.mariadb import MariaDBServer
+from tests.support.random_writer import RandomWriter, make_tables
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -49,6 +52,7 @@ COLLATIONS = {
     "mysql97": ["utf8mb4_0900_ai_ci", "utf8mb4_0900_as_cs", "utf8mb4_es_trad_0900_ai_ci"],  # all NO PAD
 }
 ROWS = 2_000
+TRICKY_ROWS = 3_000
 CHUNK = 100
 LETTERS = "aAáÁbBcCçhHlLnNñoOöß" + "\U0001f600\U0001f9ea"
 
@@ -116,6 +120,7 @@ def test_keys_in_server_ordered_collations_snapshot_and_stream_exactly(server, s
     db = "coll_" + uuid.uuid4().hex[:8]
     server.execute(f"CREATE DATABASE {db}")
     cdc_settings = server.cdc_settings()
+    writers: list[Any] = []
     try:
         tables = _tables(server, db, collations)
         with cdc_settings.connect() as conn:
@@ -124,23 +129,31 @@ def test_keys_in_server_ordered_collations_snapshot_and_stream_exactly(server, s
         store = StateStore(str(tmp_path / "state"), "coll")
         sink = DeltaSink(str(tmp_path / "lake"))
         writer = _VariantWriter(server, db, len(tables))
-        writer.start()
+        writers.append(writer)
+        if flavour != "mariadb1011":  # the tricky-key tables ride along (MariaDB 10.11: test_stream_e2e)
+            tables += make_tables(server, db, rows=TRICKY_ROWS)
+            writers.append(RandomWriter(server, db, rate=100, rows=TRICKY_ROWS))
+        for w in writers:
+            w.start()
         try:
             plan = _snapshot(spark, cdc_settings, store, sink, tables)
             query = start_stream(spark, cdc_settings, store, sink, StreamOptions(trigger_seconds=0.5))
             try:
-                time.sleep(4)  # the writer keeps going while the stream runs
-                writer.stop_event.set()
-                writer.join()
+                time.sleep(4)  # the writers keep going while the stream runs
+                for w in writers:
+                    w.stop_event.set()
+                    w.join()
                 with cdc_settings.connect() as conn:
                     target = current_offset(conn)
                 wait_until_caught_up(query, target)
             finally:
                 stop_gracefully(query)
         finally:
-            writer.stop_event.set()
-        assert writer.transactions > 200, writer.transactions
-        assert all(isinstance(c, Collation) and c.method == "server" for c in plan.collations.values())
+            for w in writers:
+                w.stop_event.set()
+        assert all(w.transactions > 200 for w in writers), [w.transactions for w in writers]
+        assert all(isinstance(plan.collations[c], Collation) and plan.collations[c].method == "server"
+                   for c in collations)  # fmt: skip
         assert_sink_equals_source(cdc_settings, plan, sink, tables)
     finally:
         server.execute(f"DROP DATABASE IF EXISTS {db}")

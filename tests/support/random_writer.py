@@ -15,18 +15,30 @@ from typing import Any
 ROWS = 50_000
 
 
+def numbers(n: int) -> str:
+    """A derived table of ``seq`` 1..``n`` (``n`` <= 10**6) that MySQL and MariaDB both read (MariaDB's
+    ``seq_1_to_n`` tables do not exist on MySQL, and recursive CTEs stop at 1000 rows by default)."""
+    k = len(str(max(1, int(n) - 1)))  # decimal places enough for n - 1
+    digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {i}" for i in range(1, 10)) + ")"
+    places = ", ".join(f"{digits} AS p{i}" for i in range(k))
+    value = " + ".join(f"p{i}.d * {10**i}" for i in range(k))
+    return f"(SELECT seq FROM (SELECT {value} + 1 AS seq FROM {places}) AS n WHERE seq <= {int(n)})"
+
+
 def make_tables(mariadb: Any, db: str, rows: int = ROWS) -> list[str]:
-    """t_int (BIGINT key), t_comp (composite VARCHAR, INT key), t_ci (VARCHAR key, utf8mb4_general_ci)."""
+    """t_int (BIGINT key), t_comp (composite VARCHAR, INT key), t_ci (VARCHAR key, utf8mb4_general_ci);
+    on MariaDB and MySQL alike."""
+    seq = numbers(rows)
     mariadb.execute(
         f"CREATE TABLE `{db}`.t_int (id BIGINT NOT NULL PRIMARY KEY, v INT NOT NULL, note VARCHAR(40), "
         "amount DECIMAL(12,2), at DATETIME(6))",
         f"INSERT INTO `{db}`.t_int SELECT seq, seq, CONCAT('n', seq), seq / 100, "
-        f"TIMESTAMP('2026-01-01') + INTERVAL seq SECOND FROM seq_1_to_{rows}",
+        f"TIMESTAMP('2026-01-01') + INTERVAL seq SECOND FROM {seq} AS s",
         f"CREATE TABLE `{db}`.t_comp (region VARCHAR(8) NOT NULL, n INT NOT NULL, v INT, PRIMARY KEY (region, n))",
-        f"INSERT INTO `{db}`.t_comp SELECT ELT(1 + seq % 3, 'eu', 'us', 'apac'), seq, seq FROM seq_1_to_{rows}",
-        f"CREATE TABLE `{db}`.t_ci (k VARCHAR(24) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, v INT)",
-        f"INSERT INTO `{db}`.t_ci SELECT CONCAT(IF(seq % 2, 'key', 'KEY'), LPAD(seq, 6, '0')), seq "
-        f"FROM seq_1_to_{rows}",
+        f"INSERT INTO `{db}`.t_comp SELECT ELT(1 + seq % 3, 'eu', 'us', 'apac'), seq, seq FROM {seq} AS s",
+        f"CREATE TABLE `{db}`.t_ci (k VARCHAR(24) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL "
+        "PRIMARY KEY, v INT)",
+        f"INSERT INTO `{db}`.t_ci SELECT CONCAT(IF(seq % 2, 'key', 'KEY'), LPAD(seq, 6, '0')), seq FROM {seq} AS s",
         database=db,
     )
     return [f"{db}.t_int", f"{db}.t_comp", f"{db}.t_ci"]
