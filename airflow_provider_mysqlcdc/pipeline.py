@@ -48,11 +48,13 @@ from airflow_provider_mysqlcdc.core.records import StagedFile
 from airflow_provider_mysqlcdc.core.row_metadata import lake_schema
 from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout, ServerIdRangeError
 from airflow_provider_mysqlcdc.core.table import TableId
+from airflow_provider_mysqlcdc.failover import FailoverError, follow_failover, offsets_here
 from airflow_provider_mysqlcdc.handover_changelog import Reread, log_removed_rows, logged_chunks, logged_through
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.connection import DEFAULT_SERVER_ID_RANGE, ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot, with_repaired_chunks
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
+from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
 from airflow_provider_mysqlcdc.mysql.splitter import load_collations
 from airflow_provider_mysqlcdc.mysql.table_choice import TableChoice, choose_tables
 from airflow_provider_mysqlcdc.plan_rules import (
@@ -161,7 +163,7 @@ def plan_run(
         raise PipelineStateError(str(exc)) from None
     choice = choose_tables(conn, config.selection, config.chunk_key_columns)
     report, tables = choice.report, choice.tables
-    manifest = store.read_manifest()
+    manifest, lost = _manifest_here(conn, store, config, stop_timeout)
     # a table whose capture ended at a DROP/RENAME (schema-change policy) and that is selected again
     # (re-created, or renamed in) is read again and swapped into its Delta table
     ended = set(manifest.ended_tables()) if manifest else set()
@@ -169,7 +171,7 @@ def plan_run(
     new = [t for t in tables if t not in captured and t not in ended]
     check_owners(config, new, table_owner)
     backfill = [t for t in tables if t in ended or (t in config.resnapshot_tables and t in captured)]
-    recover = purged_restart(conn, store, manifest, config, tables)
+    recover = purged_restart(conn, store, manifest, config, tables, lost)
     if recover:  # every captured table, read again; the stream restarts from the new snapshots
         backfill = sorted(captured)
     # the check's warnings (e.g. tables the engine changes without a binlog event) reach the log
@@ -243,7 +245,7 @@ def plan_run(
                 )
         else:
             off = source_server.current_offset(conn)
-            off = BinlogOffset(off.file, off.pos)
+        off = source_server.gtid_offset(conn, off)
         cache: dict[str, Any] = {}
         for t in offset_tables:
             schema = read_table_schema(conn, TableId.parse(t))
@@ -286,6 +288,18 @@ def plan_run(
     )
     return PlanOutcome(plan_id, groups, snapshot_tables, offset_tables, backfill, unchanged, chunks, stopped, notes,
                        choice, repairs)
+
+
+def _manifest_here(conn: Any, store: StateStore, config: PipelineConfig, stop_timeout: float
+                   ) -> tuple[Manifest | None, str | None]:  # fmt: skip
+    """The manifest with its offsets on the server ``conn`` reaches (``failover.follow_failover``),
+    and why the stream cannot resume there if it cannot and ``recover_purged`` re-snapshots."""
+    try:
+        return follow_failover(conn, store, stop_timeout), None
+    except (FailoverError, BinlogUnavailableError) as exc:
+        if not config.recover_purged:
+            raise PipelineStateError(str(exc)) from None
+        return store.read_manifest(), str(exc)
 
 
 @dataclass
@@ -358,6 +372,8 @@ def finalize_run(
         route = record.routes.route_of(t)
         entry.routed_to = route.target if route else None
 
+    if settings is not None and not record.recover_purged:  # a failover since the plan: all offsets onto one server
+        old, new_tables, repaired = _offsets_here(settings, store, old, new_tables, repaired, stop_timeout)
     # changelog_tables switched on or off for tables already captured: the stream takes it at a hand-over
     logged = {t for t, e in old.tables.items() if e.changelog != record.has_changelog(t)} if old else set()
     rereads = _logged_rereads(old, record, new_tables, repaired)
@@ -458,6 +474,22 @@ def finalize_run(
         plan_id, out.added or "none", out.resnapshotted or "none", out.repaired or "none", out.tables,
     )
     return out
+
+
+def _offsets_here(
+    settings: ConnectionSettings, store: StateStore, old: Manifest | None, new: dict[str, CapturedTable],
+    repaired: dict[str, CapturedTable], stop_timeout: float,
+) -> tuple[Manifest | None, dict[str, CapturedTable], dict[str, CapturedTable]]:
+    """The manifest and this plan's new entries with their offsets on the server the source
+    connection reaches now (``failover.py``): a failover between plan and finalize leaves the
+    manifest and some groups' high watermarks naming the old server's binlog."""
+    conn = settings.connect()
+    try:
+        return follow_failover(conn, store, stop_timeout) or old, offsets_here(conn, new), offsets_here(conn, repaired)
+    except FailoverError as exc:
+        raise PipelineStateError(str(exc)) from None
+    finally:
+        conn.close()
 
 
 def _logged_rereads(

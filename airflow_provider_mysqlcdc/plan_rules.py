@@ -37,17 +37,20 @@ class PipelineStateError(RuntimeError):
 
 
 def purged_restart(
-    conn: Any, store: StateStore, manifest: Manifest | None, config: PipelineConfig, tables: list[str]
+    conn: Any, store: StateStore, manifest: Manifest | None, config: PipelineConfig, tables: list[str],
+    lost: str | None = None,
 ) -> bool:
     """Whether this run recovers from a purged binlog: the stream's restart offset (its checkpoint,
-    or the manifest's start) is gone from the source. Without ``recover_purged`` that is an error
-    naming it: nothing may silently skip the lost changes."""
+    or the manifest's start) is gone from the source — or, ``lost``, cannot be placed on the server
+    a failover led to. Without ``recover_purged`` that is an error naming it: nothing may silently
+    skip the lost changes."""
     if manifest is None:
         return False
     restart = checkpoint_offset(store, manifest) or manifest.start_offset
     try:
-        source_server.ensure_offset_available(conn, restart)
-        return False
+        if lost is None:
+            source_server.ensure_offset_available(conn, restart)
+            return False
     except BinlogUnavailableError as exc:
         lost = str(exc).split(" has been purged", 1)[0]
         if not config.recover_purged:

@@ -30,7 +30,7 @@ and following a DDL are methods here. Building one from a snapshot plan and its 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -118,6 +118,23 @@ class CapturedTable:
     @property
     def max_high_watermark(self) -> BinlogOffset:
         return max(c.high_watermark for c in self.chunks)
+
+    def offsets(self) -> list[BinlogOffset]:
+        """Every offset this table's entry holds."""
+        out = [c.high_watermark for c in self.chunks] + list(self.emptied_at) + [o for o, _ in self.replaced_from]
+        return out + [o for o in (self.schema_position, self.ended_at, self.changelog_from) if o is not None]
+
+    def rebased(self, translate: Callable[[BinlogOffset], BinlogOffset]) -> CapturedTable:
+        """This entry with every offset translated (onto another server: a failover)."""
+        return replace(
+            self,
+            chunks=[FinishedChunk(c.chunk, translate(c.high_watermark)) for c in self.chunks],
+            schema_position=None if self.schema_position is None else translate(self.schema_position),
+            emptied_at=[translate(o) for o in self.emptied_at],
+            ended_at=None if self.ended_at is None else translate(self.ended_at),
+            replaced_from=[(translate(o), s) for o, s in self.replaced_from],
+            changelog_from=None if self.changelog_from is None else translate(self.changelog_from),
+        )
 
     def follow_ddl(self, new_schema: TableSchema, added: Iterable[str], position: BinlogOffset) -> None:
         """Take the table's definition after a followed ALTER at ``position``."""
@@ -307,6 +324,18 @@ class Manifest:
         binlog every table was re-snapshotted, and the old checkpoint's offset no longer exists."""
         generation = self.generation.next(pipeline_id)
         return self._carry(Manifest(_min_hw(self.tables), dict(self.tables), dict(self.collations), generation))
+
+    def rebased(self, pipeline_id: str, translate: Callable[[BinlogOffset], BinlogOffset]) -> Manifest:
+        """A new generation with every offset translated onto another server (a failover,
+        docs/architecture.md "Offsets and failover"): the old checkpoint's file:pos names a point
+        in the old server's binlog only, so it is never read again."""
+        tables = {name: t.rebased(translate) for name, t in self.tables.items()}
+        generation = self.generation.next(pipeline_id)
+        return self._carry(Manifest(_min_hw(tables), tables, dict(self.collations), generation))
+
+    def offsets(self) -> list[BinlogOffset]:
+        """Every offset this manifest holds (what a failover must translate)."""
+        return [self.start_offset, *(o for t in self.tables.values() for o in t.offsets())]
 
     def _carry(self, other: Manifest) -> Manifest:
         """``other`` with this manifest's selection and refused tables (what the plan, not the

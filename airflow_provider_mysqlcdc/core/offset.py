@@ -1,6 +1,9 @@
 """Binlog offsets: where a reader is in the server's binary log.
 
-An offset is ``(file, pos)``, optionally with the GTID set executed at that point. Offsets are
+An offset is ``(file, pos)``, optionally with the GTID set executed at that point and the identity
+of the server whose binlog it names (``server``: MySQL's ``server_uuid``, MariaDB's ``server_id``).
+A file:pos means nothing on another server: after a failover the offset is translated by its GTID
+set (``mysql/gtid_positions.py``, docs/architecture.md "Offsets and failover"). Offsets are
 ordered by the *numeric suffix* of the file name and then the position, so a rotation from
 ``mysql-bin.000009`` to ``mysql-bin.000010`` compares correctly (a string compare would not when
 the suffix widens, and ``end_log_pos`` alone ignores the file entirely).
@@ -35,6 +38,7 @@ class BinlogOffset:
     file: str
     pos: int
     gtid_set: str | None = field(default=None, compare=False)
+    server: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         binlog_file_number(self.file)  # validates the name
@@ -68,12 +72,14 @@ class BinlogOffset:
         d: dict[str, Any] = {"file": self.file, "pos": self.pos}
         if self.gtid_set:
             d["gtid_set"] = self.gtid_set
+        if self.server:
+            d["server"] = self.server
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BinlogOffset:
         try:
-            return cls(str(d["file"]), int(d["pos"]), d.get("gtid_set") or None)
+            return cls(str(d["file"]), int(d["pos"]), d.get("gtid_set") or None, d.get("server") or None)
         except KeyError as exc:
             raise ValueError(f"binlog offset needs 'file' and 'pos', got {d!r}") from exc
 
@@ -83,6 +89,14 @@ class BinlogOffset:
     @classmethod
     def from_json(cls, s: str) -> BinlogOffset:
         return cls.from_dict(json.loads(s))
+
+    def position(self) -> BinlogOffset:
+        """Only file:pos, for where a GTID set or server identity would mislead (a change's offset)."""
+        return BinlogOffset(self.file, self.pos)
+
+    def on(self, server: str | None, gtid_set: str | None) -> BinlogOffset:
+        """This position with the server identity and GTID set it was read with."""
+        return BinlogOffset(self.file, self.pos, gtid_set or None, server or None)
 
     @classmethod
     def parse(cls, text: str) -> BinlogOffset:

@@ -107,6 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     spark = None
     driver_memory = None
     try:
+        _follow_failover(settings, store)
         spark = build_spark_session(f"mysqlcdc-stream-{args.pipeline_id}", master=None)
         driver_memory = spark.sparkContext.getConf().get("spark.driver.memory", "1g")
         run_stream(
@@ -152,6 +153,17 @@ def _run(args: argparse.Namespace) -> int:
                 pass
     print("MYSQLCDC_RESULT " + json.dumps({"stopped": True, "run_id": recorder.run_id}), flush=True)
     return 0
+
+
+def _follow_failover(settings: Any, store: Any) -> None:
+    """A stream restarted after a failover resumes on the new server by GTID set (``failover.py``)."""
+    from airflow_provider_mysqlcdc.failover import follow_failover
+
+    conn = settings.connect()
+    try:
+        follow_failover(conn, store, stop_stream=False)
+    finally:
+        conn.close()
 
 
 def _one_line(msg: str, limit: int = 2000) -> str:

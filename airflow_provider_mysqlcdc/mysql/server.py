@@ -51,36 +51,81 @@ def variables(conn: Any, names: list[str]) -> dict[str, str | None]:
     return out
 
 
-def current_offset(conn: Any, info: ServerInfo | None = None) -> BinlogOffset:
-    """The server's current binlog end: a transaction boundary, usable as a start or HW offset."""
+def server_identity(conn: Any, info: ServerInfo | None = None) -> str:
+    """Which server's binlog a file:pos names: ``server_uuid`` on MySQL; on MariaDB, which has no
+    uuid, its ``server_id`` (unique in a replication topology, or replication would not work)."""
     info = info or server_info(conn)
-    stmt = "SHOW BINARY LOG STATUS" if info.uses_binary_log_status else "SHOW MASTER STATUS"
     with conn.cursor() as cur:
-        try:
-            cur.execute(stmt)
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in (1227, 1045):
-                raise PermissionError(
-                    "the CDC user may not read the binlog position: GRANT REPLICATION CLIENT ON *.* TO <user> "
-                    "(MariaDB >= 10.5: BINLOG MONITOR)"
-                ) from exc
-            raise
-        except pymysql.err.ProgrammingError:
-            cur.execute("SHOW BINARY LOG STATUS")
-        row = cur.fetchone()
-        if not row:
-            raise BinlogUnavailableError(
-                "binary logging is off on the source: start the server with log_bin enabled (--log-bin) and "
-                "binlog_format=ROW"
-            )
-        desc = [d[0].lower() for d in cur.description]
-        gtid = None
-        if "executed_gtid_set" in desc:
-            gtid = row[desc.index("executed_gtid_set")] or None
         if info.is_mariadb:
+            cur.execute("SELECT @@GLOBAL.server_id")
+            return f"mariadb:{cur.fetchone()[0]}"
+        cur.execute("SELECT @@GLOBAL.server_uuid")
+        return f"mysql:{str(cur.fetchone()[0]).lower()}"
+
+
+def _status(cur: Any, info: ServerInfo) -> tuple[Any, list[str]]:
+    stmt = "SHOW BINARY LOG STATUS" if info.uses_binary_log_status else "SHOW MASTER STATUS"
+    try:
+        cur.execute(stmt)
+    except pymysql.err.OperationalError as exc:
+        if exc.args and exc.args[0] in (1227, 1045):
+            raise PermissionError(
+                "the CDC user may not read the binlog position: GRANT REPLICATION CLIENT ON *.* TO <user> "
+                "(MariaDB >= 10.5: BINLOG MONITOR)"
+            ) from exc
+        raise
+    except pymysql.err.ProgrammingError:
+        cur.execute("SHOW BINARY LOG STATUS")
+    row = cur.fetchone()
+    if not row:
+        raise BinlogUnavailableError(
+            "binary logging is off on the source: start the server with log_bin enabled (--log-bin) and "
+            "binlog_format=ROW"
+        )
+    return row, [d[0].lower() for d in cur.description]
+
+
+def current_offset(conn: Any, info: ServerInfo | None = None) -> BinlogOffset:
+    """The server's current binlog end: a transaction boundary, usable as a start or HW offset,
+    with the GTID set executed at exactly that point and the server's identity.
+
+    MySQL reports file, position and GTID set in one status row. MariaDB's status has no GTID
+    set, so it is read before and after the status: equal, no transaction committed in between.
+    """
+    info = info or server_info(conn)
+    identity = server_identity(conn, info)
+    with conn.cursor() as cur:
+        if not info.is_mariadb:
+            row, desc = _status(cur, info)
+            gtid = row[desc.index("executed_gtid_set")] if "executed_gtid_set" in desc else None
+            return BinlogOffset(str(row[0]), int(row[1]), gtid or None, identity)
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        before = cur.fetchone()[0]
+        for _ in range(50):
+            row, _desc = _status(cur, info)
             cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
-            gtid = cur.fetchone()[0] or None
-    return BinlogOffset(str(row[0]), int(row[1]), gtid)
+            after = cur.fetchone()[0]
+            if after == before:
+                break
+            before = after
+        else:  # a writer too busy to ever see still: ask the server what the position holds
+            return gtid_offset(conn, BinlogOffset(str(row[0]), int(row[1])), info, identity)
+    return BinlogOffset(str(row[0]), int(row[1]), before or None, identity)
+
+
+def gtid_offset(conn: Any, offset: BinlogOffset, info: ServerInfo | None = None, identity: str | None = None
+                ) -> BinlogOffset:  # fmt: skip
+    """``offset`` with this server's identity and, on MariaDB, the GTID set at it
+    (``BINLOG_GTID_POS``: the server reads its own binlog up to the position)."""
+    info = info or server_info(conn)
+    identity = identity or server_identity(conn, info)
+    gtid = offset.gtid_set
+    if info.is_mariadb and gtid is None:
+        with conn.cursor() as cur:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (offset.file, offset.pos))
+            row = cur.fetchone()
+            gtid = row[0] if row and row[0] is not None else None
+    return offset.on(identity, gtid)
 
 
 def begin_consistent_snapshot(conn: Any, info: ServerInfo | None = None) -> BinlogOffset:
@@ -100,7 +145,7 @@ def begin_consistent_snapshot(conn: Any, info: ServerInfo | None = None) -> Binl
             f, p = st.get("binlog_snapshot_file"), st.get("binlog_snapshot_position")
             if not f:
                 raise BinlogUnavailableError("binary logging is off on the source: enable log_bin")
-            return BinlogOffset(str(f), int(p))
+            return gtid_offset(conn, BinlogOffset(str(f), int(p)), info)
     before = current_offset(conn, info)
     with conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")

@@ -86,6 +86,7 @@ from airflow_provider_mysqlcdc.mysql.binlog_ranges import (
     slice_range,
 )
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.gtid_positions import gtid_set_at
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError, binlog_files, current_offset
 from airflow_provider_mysqlcdc.storage import LakeStorage
 from airflow_provider_mysqlcdc.stream.partition_read import (
@@ -252,7 +253,13 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
 
     def _head(self, conn: Any, start: BinlogOffset) -> BinlogOffset:
         head = current_offset(conn)
-        head = BinlogOffset(head.file, head.pos)  # the GTID set is not part of our offsets
+        if start.server and head.server != start.server:
+            raise BinlogUnavailableError(
+                f"the connection now reaches server {head.server}, but the stream's offset {start} names the binlog "
+                f"of server {start.server} (a failover, or the address moved): a file:pos of one server means "
+                "nothing on another. Restart the stream (trigger the DAG, or run the stream job again): it "
+                "resumes on the new server by the offset's GTID set"
+            )
         if head < start:
             raise BinlogUnavailableError(
                 f"the source's binlog is at {head}, before the stream's offset {start}: the binlog was reset "
@@ -262,8 +269,7 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return head
 
     def initialOffset(self) -> dict[str, Any]:
-        off = self.manifest.start_offset
-        return {"file": off.file, "pos": off.pos}
+        return self.manifest.start_offset.to_dict()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_events:
@@ -273,8 +279,7 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        head = self._retrying("reading the binlog position", current_offset)
-        self._target = BinlogOffset(head.file, head.pos)
+        self._target = self._retrying("reading the binlog position", current_offset)
         log.info("%s: availableNow target %s", NAME, self._target)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -290,23 +295,27 @@ class MySqlBinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNo
         def latest(conn: Any) -> BinlogOffset:
             files = self._files_checked(conn, begin)
             head = self._head(conn, begin)
-            if self._target is not None:
-                head = min(head, self._target)
+            if self._target is not None and self._target < head:
+                head = self._target
             if head <= begin or not (max_events or max_bytes):
                 return head
-            return capped_end(BinlogBoundaries(conn), files, begin, head, max_events, max_bytes)
+            end = capped_end(BinlogBoundaries(conn), files, begin, head, max_events, max_bytes)
+            if end == head:
+                return head
+            # the GTID set behind a batch's end is what lets a failover find it on another server
+            return end.on(head.server, gtid_set_at(conn, begin, end))
 
         end = self._retrying("planning the next batch", latest)
         if end <= begin:  # nothing new (never move backwards)
             return start
-        return {"file": end.file, "pos": end.pos}
+        return end.to_dict()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         try:
             head = current_offset(self._connection())
         except Exception:  # status reporting must never fail the query
             return None
-        return {"file": head.file, "pos": head.pos}
+        return head.position().to_dict()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogPartition]:
         begin, stop = BinlogOffset.from_dict(start), BinlogOffset.from_dict(end)
