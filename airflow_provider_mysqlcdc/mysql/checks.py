@@ -113,6 +113,7 @@ def _server_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
             f"binlog_row_image is {img or 'unknown'}; set it to FULL (SET GLOBAL binlog_row_image='FULL' and "
             "binlog_row_image=FULL in my.cnf): CDC needs every column of every changed row",
         ))
+    out += _replica_problems(conn, info)
     meta = v["binlog_row_metadata"]
     if meta is not None and meta.upper() != "FULL":
         out.append(SourceProblem(
@@ -121,6 +122,46 @@ def _server_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
             "binlog_row_metadata=FULL in my.cnf): CDC needs column names in the binlog",
         ))
     return out
+
+
+def _replica_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
+    """A replica writes the changes it replicates to its own binlog only with log_slave_updates
+    (MySQL: log_replica_updates): without it, CDC from the replica sees none of the application's
+    writes — silently."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SHOW SLAVE STATUS" if info.is_mariadb else "SHOW REPLICA STATUS")
+            replica = cur.fetchone() is not None
+        except pymysql.err.MySQLError:  # no privilege to ask: a primary needs none of this
+            return []
+    if not replica:
+        return []
+    name = "log_slave_updates" if info.is_mariadb else "log_replica_updates"
+    value = variables(conn, [name, "log_slave_updates"])
+    if (value[name] or value["log_slave_updates"] or "OFF").upper() in ("ON", "1"):
+        return []
+    return [SourceProblem(
+        name,
+        f"this server is a replica and {name} is OFF: the changes it replicates are not written to its binlog, "
+        f"so CDC from it would see none of them. Set {name}=ON in my.cnf and restart it (or capture from the "
+        "primary)",
+    )]
+
+
+def failover_warnings(conn: Any, info: ServerInfo) -> list[SourceProblem]:
+    """Offsets survive a failover only by GTID set (docs/architecture.md, "Offsets and failover")."""
+    if info.is_mariadb:
+        return []  # MariaDB writes GTIDs always
+    v = variables(conn, ["gtid_mode", "enforce_gtid_consistency"])
+    if (v["gtid_mode"] or "OFF").upper() == "ON":
+        return []
+    return [SourceProblem(
+        "gtid_mode",
+        f"gtid_mode is {v['gtid_mode'] or 'OFF'}: the stream's offsets are file:pos of this server only, so after "
+        "a failover to a replica every table must be snapshotted again. Set gtid_mode=ON and "
+        "enforce_gtid_consistency=ON (in steps: OFF_PERMISSIVE, ON_PERMISSIVE, then ON; see MySQL's "
+        "'Enabling GTID Transactions Online')",
+    )]
 
 
 _GRANT_ON_ALL = re.compile(r"^GRANT (.+?) ON \*\.\* TO ", re.IGNORECASE)
@@ -379,5 +420,5 @@ def check_source(
             elif "nullable" in msg:
                 code = "nullable_chunk_key"
             report.problems.append(SourceProblem(code, msg, name))
-    report.warnings += cascading_fk_warnings(conn, tables or [])
+    report.warnings += failover_warnings(conn, info) + cascading_fk_warnings(conn, tables or [])
     return report
