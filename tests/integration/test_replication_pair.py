@@ -1,6 +1,6 @@
 """The primary + GTID replica pair that failover tests stand on (``tests/support/replication.py``).
 
-Proves, on MariaDB 10.11 and MySQL 9.7, what those tests will assume: the replica applies the
+Proves, on MariaDB 10.11, MariaDB 11.8 and MySQL 9.7, what those tests will assume: the replica applies the
 primary's writes and logs them under the primary's GTIDs, at binlog coordinates of its own (a
 primary's ``file:pos`` names something else on the replica); after the primary is killed and the
 replica promoted, the new primary takes writes and its GTID state holds the old primary's
@@ -10,10 +10,13 @@ transactions followed by its own. One pair per flavour, shared by the module's t
 
 from __future__ import annotations
 
+import time
+
 import pymysql
 import pytest
 
 from tests.support.mariadb import MariaDBServer
+from tests.support.random_writer import RandomWriter, make_tables
 from tests.support.replication import (
     ReplicaPair,
     binlog_gtids,
@@ -24,7 +27,7 @@ from tests.support.replication import (
 
 pytestmark = pytest.mark.integration
 
-PAIR_FIXTURES = {"mariadb1011": "mariadb_pair", "mysql97": "mysql_pair"}
+PAIR_FIXTURES = {"mariadb1011": "mariadb_pair", "mariadb118": "mariadb118_pair", "mysql97": "mysql_pair"}
 DB = "repl"
 
 
@@ -41,6 +44,19 @@ def _write(server: MariaDBServer, ids: range) -> None:
     """One transaction per row: one GTID each."""
     for i in ids:
         server.execute(f"INSERT INTO `{DB}`.t VALUES ({i}, 'v{i}')")
+
+
+def _checksums(server: MariaDBServer, tables: list[str]) -> dict[str, int]:
+    return {str(name): int(value) for name, value in server.query(f"CHECKSUM TABLE {', '.join(tables)}")}
+
+
+def _random_writes(server: MariaDBServer, db: str, seconds: float) -> None:
+    writer = RandomWriter(server, db, rate=200.0, rows=300)
+    writer.start()
+    time.sleep(seconds)
+    writer.stop_event.set()
+    writer.join(timeout=10)
+    assert writer.transactions > 0
 
 
 def _gtid_at(server: MariaDBServer, file: str, pos: int) -> str | None:
@@ -88,6 +104,15 @@ def test_replica_binlog_has_the_same_gtids_at_other_coordinates(pair: ReplicaPai
     assert _gtid_at(pair.replica, primary_file, int(last[1])) != at_primary
 
 
+def test_random_writer_replicates(pair: ReplicaPair) -> None:
+    """The random writer's tables and key moves (what failover tests will stream) arrive intact."""
+    pair.primary.execute("CREATE DATABASE rw")
+    tables = make_tables(pair.primary, "rw", rows=300)
+    _random_writes(pair.primary, "rw", 0.5)
+    pair.wait_caught_up(timeout=20)
+    assert _checksums(pair.replica, tables) == _checksums(pair.primary, tables)
+
+
 def test_failover_to_the_promoted_replica(pair: ReplicaPair) -> None:
     _write(pair.primary, range(11, 16))
     pair.wait_caught_up(timeout=20)
@@ -117,3 +142,5 @@ def test_failover_to_the_promoted_replica(pair: ReplicaPair) -> None:
         assert new_gtids[len(old_gtids):] == [f"{uuid}:{k}" for k in (1, 2, 3)]
         assert new.query("SELECT GTID_SUBSET(%s, @@GLOBAL.gtid_executed)", (old_state,))[0][0] == 1
         assert f"{uuid}:1-3" in gtid_state(new)
+    # The existing helpers work on the promoted server as on any other.
+    _random_writes(new, "rw", 0.3)
