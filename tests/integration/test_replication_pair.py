@@ -113,6 +113,25 @@ def test_random_writer_replicates(pair: ReplicaPair) -> None:
     assert _checksums(pair.replica, tables) == _checksums(pair.primary, tables)
 
 
+def test_wait_caught_up_reports_a_stopped_replica(pair: ReplicaPair) -> None:
+    """A conflicting row on the replica stops its SQL thread: wait_caught_up says why, at once."""
+    with pair.replica.root_connection() as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")  # no GTID of the replica's own (strict mode)
+        cur.execute(f"INSERT INTO `{DB}`.t VALUES (100, 'conflict')")
+    pair.primary.execute(f"INSERT INTO `{DB}`.t VALUES (100, 'v100')")
+    started = time.monotonic()
+    with pytest.raises(AssertionError, match=r"replication stopped.*(1062|Duplicate)"):
+        pair.wait_caught_up(timeout=20)
+    assert time.monotonic() - started < 10
+    with pair.replica.root_connection() as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"DELETE FROM `{DB}`.t WHERE id = 100")
+    pair.replica.execute("START SLAVE SQL_THREAD" if pair.is_mariadb else "START REPLICA SQL_THREAD")
+    pair.wait_caught_up(timeout=20)
+    pair.primary.execute(f"DELETE FROM `{DB}`.t WHERE id = 100")
+    pair.wait_caught_up(timeout=20)
+
+
 def test_failover_to_the_promoted_replica(pair: ReplicaPair) -> None:
     _write(pair.primary, range(11, 16))
     pair.wait_caught_up(timeout=20)
