@@ -94,7 +94,8 @@ class ReplicaPair:
     """A primary (server_id 1) and its GTID replica (server_id 2) of one flavour.
 
     ``primary`` and ``replica`` keep their original roles after a failover; :meth:`promote_replica`
-    returns the replica, now writable, as the new primary.
+    returns the replica, now writable, as the new primary. The replica runs ``read_only``, which
+    stops the CDC user but not root (SUPER / READ_ONLY ADMIN): a test can still break it on purpose.
     """
 
     def __init__(self, flavour: str, replica_rotations: int = 2):
