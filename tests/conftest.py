@@ -4,6 +4,8 @@ The server is session-scoped (starting one takes ~1 s); tests that must reconfig
 server start their own with ``MariaDBServer`` so they never disturb the shared one. ``mysql97`` and
 ``mariadb118`` run MySQL 9.7 and MariaDB 11.8 from Debian roots (``tests/support/servers.py``),
 started only for the tests that ask for them; ``server`` runs a test on each of the three.
+``mariadb_pair``, ``mariadb118_pair`` and ``mysql_pair`` are a primary and its GTID replica
+(``tests/support/replication.py``), one per module: a failover test consumes its pair.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ os.environ.setdefault(
 
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings  # noqa: E402
 from tests.support.mariadb import MariaDBServer  # noqa: E402
+from tests.support.replication import ReplicaPair, replica_pair  # noqa: E402
 from tests.support.servers import RootServer, start_server  # noqa: E402
 
 # The servers a test parametrised by ``server`` runs on: the machine's MariaDB 10.11 (fixture
@@ -81,6 +84,28 @@ def private_server() -> Iterator[MariaDBServer]:
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture(scope="module")
+def mariadb_pair() -> Iterator[ReplicaPair]:
+    """A MariaDB 10.11 primary and its GTID replica (``tests/support/replication.py``), the module's
+    own: a failover consumes the pair."""
+    with replica_pair("mariadb1011") as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def mariadb118_pair() -> Iterator[ReplicaPair]:
+    """A MariaDB 11.8 primary and its GTID replica, the module's own."""
+    with replica_pair("mariadb118") as pair:
+        yield pair
+
+
+@pytest.fixture(scope="module")
+def mysql_pair() -> Iterator[ReplicaPair]:
+    """A MySQL 9.7 primary and its GTID (auto-position) replica, the module's own."""
+    with replica_pair("mysql97") as pair:
+        yield pair
 
 
 @pytest.fixture(scope="session")
