@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.config import MAX_CHUNKS_PER_TABLE, PipelineConfig
+from airflow_provider_mysqlcdc.core.gtid import GtidSet, GtidSetError
 from airflow_provider_mysqlcdc.core.manifest import Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.routing import SOURCE_COLUMNS, incompatible_shards
@@ -20,6 +21,7 @@ from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.binlog_time import earliest_offset, offset_at_time
 from airflow_provider_mysqlcdc.mysql.checks import row_filter_problem
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
+from airflow_provider_mysqlcdc.mysql.gtid_positions import GtidPositionError, position_of
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
 from airflow_provider_mysqlcdc.mysql.server import BinlogUnavailableError
 from airflow_provider_mysqlcdc.sinks.delta_changelog import CHANGELOG_DIR
@@ -205,9 +207,21 @@ def resolved_start(
             raise PipelineStateError("startup_mode 'timestamp' needs the source's connection settings to read the "
                                      "binlog's event times; pass binlog_settings to plan_run")  # fmt: skip
         return offset_at_time(binlog_settings, conn, config.startup_timestamp, server_id)
+    if config.start_gtid_set:
+        return _gtid_start(conn, config.start_gtid_set)
     off = config.start_offset()
     assert off is not None
     return off
+
+
+def _gtid_start(conn: Any, text: str) -> BinlogOffset:
+    """The first transaction on this server that ``specific_offset``'s GTID set lacks."""
+    info = source_server.server_info(conn)
+    try:
+        target = GtidSet.parse(text, info.is_mariadb)
+        return position_of(conn, target, source_server.server_identity(conn, info), info)
+    except (GtidSetError, GtidPositionError, BinlogUnavailableError) as exc:
+        raise PipelineStateError(f"specific_offset gtid_set {text}: {exc}") from None
 
 
 def check_owners(

@@ -134,6 +134,12 @@ with DAG(
             None, type=["null", "string"], title="Startup timestamp",
             description="For startup_mode timestamp: ISO 8601, e.g. 2026-11-24T10:00:00Z (no zone = UTC).",
         ),
+        "specific_offset_gtid_set": Param(
+            None, type=["null", "string"], title="Specific offset: GTID set",
+            description="For startup_mode specific-offset: new tables start after these transactions, e.g. "
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100 (MySQL) or 0-1-100 (MariaDB). Unlike a file and position it "
+            "names the same point on every server of the replication topology. Takes precedence over file/pos.",
+        ),
         "specific_offset_file": Param(
             None, type=["null", "string"], title="Specific offset: binlog file",
             description="For startup_mode specific-offset, e.g. mysql-bin.000042",
@@ -276,7 +282,8 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         chunks_per_task="{{ params.chunks_per_task }}",
         startup_mode="{{ params.startup_mode }}",
-        specific_offset={"file": "{{ params.specific_offset_file }}", "pos": "{{ params.specific_offset_pos }}"},
+        specific_offset={"file": "{{ params.specific_offset_file }}", "pos": "{{ params.specific_offset_pos }}",
+                         "gtid_set": "{{ params.specific_offset_gtid_set }}"},
         startup_timestamp="{{ params.startup_timestamp }}",
         resnapshot_tables="{{ params.resnapshot_tables }}",
         repair_chunks="{{ params.repair_chunks }}",

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_provider_mysqlcdc.core.chunk import DEFAULT_CHUNK_SIZE
+from airflow_provider_mysqlcdc.core.gtid import GtidSet, GtidSetError
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
 from airflow_provider_mysqlcdc.core.param_values import (
     bool_value,
@@ -126,9 +127,18 @@ class PipelineConfig:
         return self.startup_mode != "snapshot-only"
 
     def start_offset(self) -> BinlogOffset | None:
-        if self.startup_mode != "specific-offset" or not self.specific_offset:
+        """The ``specific-offset`` given as file:pos (None when it is a GTID set: see
+        :attr:`start_gtid_set`, placed on the server by the plan)."""
+        if self.startup_mode != "specific-offset" or not self.specific_offset or self.start_gtid_set:
             return None
         return BinlogOffset(str(self.specific_offset["file"]), int(self.specific_offset["pos"]))
+
+    @property
+    def start_gtid_set(self) -> str | None:
+        """The ``specific-offset`` given as a GTID set (Flink CDC's ``specific-offset.gtid-set``)."""
+        if self.startup_mode != "specific-offset" or not self.specific_offset:
+            return None
+        return self.specific_offset.get("gtid_set") or None
 
     @classmethod
     def from_params(cls, **params: Any) -> PipelineConfig:
@@ -239,18 +249,7 @@ class PipelineConfig:
         if isinstance(offset, str) and offset.strip():
             offset = offset_text(offset, problems)
         if mode == "specific-offset":
-            if not isinstance(offset, dict) or not offset.get("file") or offset.get("pos") in (None, ""):
-                problems.append(
-                    "startup_mode 'specific-offset' needs specific_offset with a binlog file and position, e.g. "
-                    "{\"file\": \"mysql-bin.000042\", \"pos\": 4} (take them from SHOW MASTER STATUS)"
-                )
-            else:
-                if not _BINLOG_FILE.match(str(offset["file"])):
-                    problems.append(
-                        f"specific_offset file {offset['file']!r} is not a binlog file name like mysql-bin.000042"
-                    )
-                pos = int_value("specific_offset pos", offset["pos"], 4, None, problems)
-                offset = {"file": str(offset["file"]), "pos": pos}
+            offset = _specific_offset(offset, problems)
         else:
             offset = None
         startup_ts = timestamp_value(params.get("startup_timestamp"), problems)
@@ -302,3 +301,28 @@ class PipelineConfig:
             routes=routes.to_list(),
             notes=notes,
         )
+
+
+def _specific_offset(offset: Any, problems: list[str]) -> dict[str, Any] | None:
+    """``{"gtid_set": ...}`` or ``{"file": ..., "pos": ...}``, each checked; None with a problem."""
+    gtid = str(offset.get("gtid_set") or "").strip() if isinstance(offset, dict) else ""
+    if gtid and gtid != "None":
+        try:
+            GtidSet.parse(gtid)
+        except GtidSetError as exc:
+            problems.append(f"specific_offset gtid_set: {exc}; give MySQL's uuid:1-100 or MariaDB's 0-1-100 form "
+                            "(SELECT @@gtid_executed / @@gtid_binlog_pos)")  # fmt: skip
+            return None
+        return {"gtid_set": gtid}
+    if not isinstance(offset, dict) or not offset.get("file") or offset.get("pos") in (None, "", "None"):
+        problems.append(
+            "startup_mode 'specific-offset' needs specific_offset: a GTID set (specific_offset_gtid_set, e.g. "
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100 on MySQL, 0-1-100 on MariaDB: it survives a failover) or a "
+            "binlog file and position, e.g. {\"file\": \"mysql-bin.000042\", \"pos\": 4} (take them from SHOW "
+            "MASTER STATUS)"
+        )
+        return None
+    if not _BINLOG_FILE.match(str(offset["file"])):
+        problems.append(f"specific_offset file {offset['file']!r} is not a binlog file name like mysql-bin.000042")
+    pos = int_value("specific_offset pos", offset["pos"], 4, None, problems)
+    return {"file": str(offset["file"]), "pos": pos}

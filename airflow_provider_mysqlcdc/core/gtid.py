@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 _INTERVAL = re.compile(r"^(\d+)(?:-(\d+))?$")
+_TAG = re.compile(r"^[a-z_][a-z0-9_]{0,31}$", re.IGNORECASE)
 _MARIADB_GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 
@@ -102,10 +103,10 @@ class GtidSet:
                 if m:
                     lo = int(m.group(1))
                     raw.setdefault((uuid, tag), []).append((lo, int(m.group(2) or lo)))
-                elif part.strip():
+                elif _TAG.match(part.strip()):
                     tag = part.strip().lower()
                 else:
-                    raise GtidSetError(f"empty part in GTID set {p!r}")
+                    raise GtidSetError(f"not a MySQL GTID set (uuid[:tag]:interval[:interval]...): {p!r}")
         return {k: _merged(v) for k, v in raw.items()}
 
     # ---------------------------------------------------------------- questions

@@ -214,6 +214,10 @@ def timestamp_value(value: Any, problems: list[str]) -> float | None:
     return (t if t.tzinfo else t.replace(tzinfo=UTC)).timestamp()
 
 
+_UUID_TEXT = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_GTID_TEXT = re.compile(rf"^(?:{_UUID_TEXT}:|\d+-\d+-\d+(?:,|$))")
+
+
 def offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:
     text = text.strip()
     if text.startswith("{"):
@@ -222,10 +226,12 @@ def offset_text(text: str, problems: list[str]) -> dict[str, Any] | None:
             return d if isinstance(d, dict) else None
         except json.JSONDecodeError:
             pass
+    if _GTID_TEXT.match(text):  # uuid:1-5 (MySQL) or 0-1-5 (MariaDB): a GTID set, not file:pos
+        return {"gtid_set": text}
     file, sep, pos = text.rpartition(":")
     if sep and file and pos.strip().isdigit():
         return {"file": file.strip(), "pos": int(pos)}
-    problems.append(f"specific_offset {text!r} is neither {{\"file\": ..., \"pos\": ...}} nor 'file:pos'")
+    problems.append(f"specific_offset {text!r} is neither {{\"file\": ..., \"pos\": ...}}, 'file:pos' nor a GTID set")
     return None
 
 

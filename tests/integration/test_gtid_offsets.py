@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from airflow_provider_mysqlcdc.core.chunk import SnapshotChunk
+from airflow_provider_mysqlcdc.core.config import PipelineConfig
 from airflow_provider_mysqlcdc.core.gtid import GtidSet
 from airflow_provider_mysqlcdc.core.manifest import CapturedTable, FinishedChunk, Manifest
 from airflow_provider_mysqlcdc.core.offset import BinlogOffset
@@ -22,6 +23,7 @@ from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.failover import FailoverError, follow_failover
 from airflow_provider_mysqlcdc.mysql.gtid_positions import GtidPositionError, gtid_set_at, position_of, positions_of
 from airflow_provider_mysqlcdc.mysql.server import current_offset, server_identity, server_info
+from airflow_provider_mysqlcdc.plan_rules import PipelineStateError, resolved_start
 from airflow_provider_mysqlcdc.state import StateStore
 
 pytestmark = pytest.mark.integration
@@ -108,3 +110,28 @@ def test_offsets_another_server_wrote_are_translated_or_refused_never_read_by_po
         assert rebased.start_offset.server == server_identity(conn, info)
         assert rebased.start_offset.position() == head.position() or rebased.start_offset > head
         assert store.read_manifest().start_offset == rebased.start_offset  # type: ignore[union-attr]
+
+
+def test_specific_offset_by_gtid_set_starts_after_those_transactions(gtid_server) -> None:  # type: ignore[no-untyped-def]
+    """Item 6: ``specific_offset`` as a GTID set (Flink CDC's ``specific-offset.gtid-set``) is placed
+    on the server the plan reaches; a set the server never executed is refused naming the set."""
+    db = "gtids_" + uuid.uuid4().hex[:8]
+    gtid_server.execute(f"CREATE DATABASE {db}", f"CREATE TABLE {db}.t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+    try:
+        with gtid_server.cdc_settings().connect() as conn:
+            _write(gtid_server, db, 3)
+            mark = current_offset(conn)
+            _write(gtid_server, db, 3)
+            base = {"pipeline_id": "p", "sink_root": "/l", "state_root": "/s", "tables": [f"{db}.t"],
+                    "startup_mode": "specific-offset"}  # fmt: skip
+            config = PipelineConfig.from_params(**base, specific_offset={"gtid_set": mark.gtid_set})
+            start = resolved_start(conn, config, None, 0)
+            assert start.position() == mark.position() and start.gtid_set == mark.gtid_set
+            # the transactions after the mark are the ones a stream from there reads
+            assert gtid_set_at(conn, start, current_offset(conn)) == current_offset(conn).gtid_set
+            unknown = "7-9-99" if server_info(conn).is_mariadb else "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee:1-3"
+            config = PipelineConfig.from_params(**base, specific_offset=unknown)
+            with pytest.raises(PipelineStateError, match="has not executed every transaction"):
+                resolved_start(conn, config, None, 0)
+    finally:
+        gtid_server.execute(f"DROP DATABASE IF EXISTS {db}")

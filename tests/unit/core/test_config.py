@@ -84,7 +84,8 @@ def test_specific_offset_forms(offset: object, expected: tuple[str, int]) -> Non
 @pytest.mark.parametrize(
     ("offset", "fragment"),
     [
-        (None, "needs specific_offset with a binlog file and position"),
+        (None, "needs specific_offset: a GTID set .* or a binlog file and position"),
+        ({"gtid_set": "3e11fa47-71ca-11e1-9e33-c80aa9429562:x-y"}, "specific_offset gtid_set: not a MySQL GTID set"),
         ({"file": None, "pos": None}, "needs specific_offset"),
         ({"file": "notabinlog", "pos": 4}, "is not a binlog file name"),
         ({"file": "mysql-bin.000001", "pos": 2}, "specific_offset pos must be >= 4"),
@@ -94,6 +95,20 @@ def test_specific_offset_forms(offset: object, expected: tuple[str, int]) -> Non
 def test_specific_offset_problems(offset: object, fragment: str) -> None:
     with pytest.raises(PipelineConfigError, match=fragment):
         PipelineConfig.from_params(**{**BASE, "startup_mode": "specific-offset", "specific_offset": offset})
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [
+        {"file": None, "pos": None, "gtid_set": "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100"},
+        "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-100",
+        "0-1-100,1-2-5",
+    ],
+)
+def test_specific_offset_as_a_gtid_set(offset: object) -> None:
+    c = PipelineConfig.from_params(**{**BASE, "startup_mode": "specific-offset", "specific_offset": offset})
+    assert c.start_gtid_set and c.start_offset() is None
+    assert c.start_gtid_set == (offset["gtid_set"] if isinstance(offset, dict) else offset)
 
 
 def test_offset_ignored_unless_specific_mode() -> None:
