@@ -270,17 +270,13 @@ def _bit_decimal(v: Any) -> Decimal:
 
 
 def _json_converter(v: Any) -> str:
-    """MariaDB JSON is LONGTEXT: the decoder gives the stored text, which JDBC gives too.
+    """MySQL's binary JSON, rendered as MySQL renders it (MariaDB's JSON is LONGTEXT: a string column).
 
-    MySQL 8 stores binary JSON; the decoder parses it into Python objects (strings as bytes).
-    Rendering follows MySQL's own output (``", "`` and ``": "`` separators, no ASCII escaping,
-    keys in stored order). Untested here (no MySQL 8 server on this stack): doubles may print
-    differently from MySQL (``1e+20`` vs ``1e20``).
+    The decoder parses the binary form into Python objects, strings as bytes — a document that is
+    one string too, which is JSON text only once quoted (``"abc"``, as MySQL returns it). Rendering
+    follows MySQL's own output: ``", "`` and ``": "`` separators, no ASCII escaping, keys in stored
+    order.
     """
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bytes):
-        return v.decode("utf-8")
     if type(v).__name__ == "JsonDiff":
         raise ValueError(
             "the binlog holds a partial JSON update, which cannot be turned into a value: "

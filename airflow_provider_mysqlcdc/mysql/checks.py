@@ -113,7 +113,7 @@ def _server_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
             f"binlog_row_image is {img or 'unknown'}; set it to FULL (SET GLOBAL binlog_row_image='FULL' and "
             "binlog_row_image=FULL in my.cnf): CDC needs every column of every changed row",
         ))
-    out += _replica_problems(conn, info)
+    out += _replica_problems(conn, info) + _mysql_log_problems(conn, info)
     meta = v["binlog_row_metadata"]
     if meta is not None and meta.upper() != "FULL":
         out.append(SourceProblem(
@@ -146,6 +146,28 @@ def _replica_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
         f"so CDC from it would see none of them. Set {name}=ON in my.cnf and restart it (or capture from the "
         "primary)",
     )]
+
+
+def _mysql_log_problems(conn: Any, info: ServerInfo) -> list[SourceProblem]:
+    """MySQL binlog options whose events this provider does not turn into whole row images."""
+    if info.is_mariadb:
+        return []
+    v = variables(conn, ["binlog_transaction_compression", "binlog_row_value_options"])
+    out = []
+    if (v["binlog_transaction_compression"] or "OFF").upper() in ("ON", "1"):
+        out.append(SourceProblem(
+            "binlog_transaction_compression",
+            "binlog_transaction_compression is ON: transactions are logged as compressed payloads, which this "
+            "provider does not decode. SET GLOBAL binlog_transaction_compression=OFF (and in my.cnf / the "
+            "parameter group)",
+        ))
+    if "PARTIAL_JSON" in (v["binlog_row_value_options"] or "").upper():
+        out.append(SourceProblem(
+            "binlog_row_value_options",
+            "binlog_row_value_options is PARTIAL_JSON: JSON updates are logged as diffs, not whole values. SET "
+            "GLOBAL binlog_row_value_options='' (and in my.cnf / the parameter group)",
+        ))
+    return out
 
 
 def failover_warnings(conn: Any, info: ServerInfo) -> list[SourceProblem]:
