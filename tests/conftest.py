@@ -26,6 +26,11 @@ os.environ.setdefault(
     "AIRFLOW__CORE__DAGS_FOLDER", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dags")
 )
 
+# The tests' Spark JVMs (the session's, every spark-submit of a job) live seconds to minutes: the C2
+# compiler's threads would take a quarter of their CPU on two cores for code that barely gets hot.
+# Only the tests run so; a deployment keeps the JVM's default.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings  # noqa: E402
 from tests.support.mariadb import MariaDBServer  # noqa: E402
 from tests.support.replication import ReplicaPair, replica_pair  # noqa: E402
