@@ -145,7 +145,8 @@ def begin_consistent_snapshot(conn: Any, info: ServerInfo | None = None) -> Binl
             f, p = st.get("binlog_snapshot_file"), st.get("binlog_snapshot_position")
             if not f:
                 raise BinlogUnavailableError("binary logging is off on the source: enable log_bin")
-            return gtid_offset(conn, BinlogOffset(str(f), int(p)), info)
+            # no GTID set: BINLOG_GTID_POS reads the file up to here; whoever keeps the offset asks (gtid_offset)
+            return BinlogOffset(str(f), int(p))
     before = current_offset(conn, info)
     with conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")

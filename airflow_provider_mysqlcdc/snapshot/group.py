@@ -262,7 +262,8 @@ class _Source:
         stream starts after the window and never sees that DDL). Re-planning reads the new one.
         """
         hooks.before_high_watermark()
-        high = low if skip_backfill else source_server.current_offset(self.conn, self.info)
+        high = source_server.gtid_offset(self.conn, low, self.info) if skip_backfill else (
+            source_server.current_offset(self.conn, self.info))
         known = read_table_schemas(self.conn, [w.schema.table for w in run.work])
         for w in run.work:
             try:
