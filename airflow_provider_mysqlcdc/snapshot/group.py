@@ -49,6 +49,7 @@ from airflow_provider_mysqlcdc.core.table import SourceSchemaError
 from airflow_provider_mysqlcdc.core.throttle import read_slot_rate
 from airflow_provider_mysqlcdc.mysql import server as source_server
 from airflow_provider_mysqlcdc.mysql.checks import check_server
+from airflow_provider_mysqlcdc.mysql.collation import use_server_weights
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
@@ -172,6 +173,7 @@ def run_snapshot_group(
     attempt = uuid.uuid4().hex[:12]
     key = _group_key(plan_id, group_id)
     log.info("snapshot group %s: %s (attempt %s)", key, group.chunk_ranges(), attempt)
+    use_server_weights(settings)  # the chunks' bounds in server-ordered collations are placed by this source
     work = table_work(plan, group.splits, sink, key, attempt, record.row_filters, record.metadata_columns)
     server_id = ServerIdLayout(settings.server_id_range, record.stream_readers).group_id(group_id)
     run = GroupRun(plan_id, plan, group, attempt, work, deferred, started, server_id)
