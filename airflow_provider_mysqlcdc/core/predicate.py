@@ -23,10 +23,15 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+_UTF8 = frozenset({"utf8mb4", "utf8mb3", "utf8"})
+
+
 def sql_literal(col: KeyColumn, value: Any, collations: dict[str, Collation] | None = None) -> str:
     """An injection-proof SQL literal for a key value (used where parameters cannot be: JDBC predicates)."""
-    if col.kind == keys.INT:
+    if col.kind in (keys.INT, keys.BIT):
         return str(int(value))
+    if col.kind == keys.TIME:
+        return "'" + keys.time_text(value) + "'"
     if col.kind == keys.DECIMAL:
         d = Decimal(value)
         if not d.is_finite():
@@ -42,6 +47,12 @@ def sql_literal(col: KeyColumn, value: Any, collations: dict[str, Collation] | N
         codec = coll.codec if coll else "utf-8"
         if not charset.replace("_", "").isalnum():
             raise ValueError(f"bad charset name {charset!r}")
+        if coll is not None and codec == "utf-8" and charset.lower() not in _UTF8:
+            # No Python codec is known to equal the set's (macce, big5, sjis, ...): the server
+            # converts the text, in the column's collation.
+            if not coll.name.replace("_", "").isalnum():
+                raise ValueError(f"bad collation name {coll.name!r}")
+            return f"(CONVERT(_utf8mb4 X'{str(value).encode('utf-8').hex()}' USING {charset}) COLLATE {coll.name})"
         return f"_{charset} X'{str(value).encode(codec).hex()}'"
     if col.kind == keys.DATE:
         return "'" + (value if isinstance(value, str) else value.isoformat()) + "'"
