@@ -10,6 +10,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.core.keys import STRING, Collation, KeyColumn
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId, TableSchema
+from airflow_provider_mysqlcdc.core.types import UnsupportedColumnType, column_types
 from airflow_provider_mysqlcdc.mysql.charsets import unsupported_reason
 from airflow_provider_mysqlcdc.mysql.collation import UnsupportedCollationError, fetch_collation
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
@@ -386,6 +387,11 @@ def check_source(
             undecodable = _undecodable_text(schema)
             if undecodable is not None:
                 report.problems.append(SourceProblem("character_set", f"{tid}: {undecodable}", name))
+                continue
+            try:
+                column_types(schema)  # a type with no canonical value would fail its snapshot group
+            except UnsupportedColumnType as exc:
+                report.problems.append(SourceProblem("column_type", f"{tid}: {exc}", name))
                 continue
             report.tables.append(str(tid))
         except SourceSchemaError as exc:
