@@ -24,6 +24,7 @@ from collections.abc import Callable
 import pytest
 
 from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
+from airflow_provider_mysqlcdc.core.predicate import sql_literal
 from airflow_provider_mysqlcdc.mysql.checks import check_source
 from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.server import current_offset
@@ -205,6 +206,10 @@ def test_every_charset_and_key_kind_snapshot_and_stream_exactly(server, spark, t
         assert len(plan.groups) == 1, len(plan.groups)  # one window: every table's replay decodes the binlog
         for t in KEYS:  # boundaries inside every key table but BIT(1)'s two rows
             assert t == "k_bit1" or sum(1 for c in plan.splits if c.table == f"{db}.{t}") >= 2, t
+        for t, text in (("k_big5", "中文"), ("k_sjis", "ｶ日"), ("k_macce", "Ąž")):  # the splitter's equality test
+            key = plan.tables[f"{db}.{t}"].chunk_key(chunk_keys.get(f"{db}.{t}"))[0]
+            lit = sql_literal(key, text, plan.collations)
+            assert "CONVERT" in lit and server.query(f"SELECT {lit} COLLATE {key.collation} = {lit}")[0][0] == 1
         store.write_plan("p1", plan.to_dict())
 
         def in_window() -> None:  # every text row rewritten, keys moved across chunks: the replay decodes them
