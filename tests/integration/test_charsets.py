@@ -8,8 +8,8 @@ charset encodes — every byte 0x80..0xFF of a single-byte set, every valid two-
 sequence of a multi-byte one, as the server itself lists them — first in the snapshot, then in rows
 the stream carries (inserts, updates of every row, deletes). A second set of tables is keyed by
 TIME (negative and fractional, as ``chunk_key_columns`` of a table without a primary key), YEAR,
-BIT, BINARY, VARBINARY, DECIMAL, DATE, DATETIME(6), TIMESTAMP(6) and VARCHARs in macce, big5 and
-sjis. One snapshot and one stream
+BIT, BINARY, VARBINARY, DECIMAL, DATE, DATETIME(6), TIMESTAMP(6) and VARCHARs in macce, big5, sjis,
+latin1 (``latin1_bin``) and utf16. One snapshot and one stream
 catch-up carry them all; every Delta table must then equal its source as the server reads it
 (``verify.compare``: the server's own conversion to utf8mb4), not a Python-side expectation. The
 snapshot reads through JDBC, so the group itself replays the writes made inside its window; the
@@ -153,6 +153,9 @@ KEYS: dict[str, tuple[str, Callable[[int], str], bool]] = {
     "k_macce": ("VARCHAR(20) CHARACTER SET macce", lambda i: _letters("AĄČĎĘŁŃŇŘŠŤŽąčďęłńňřšťžz", i), False),
     "k_big5": ("VARCHAR(20) CHARACTER SET big5", lambda i: _letters("a中文字體碁一二三四五六七八九十", i), True),
     "k_sjis": ("VARCHAR(20) CHARACTER SET sjis", lambda i: _letters("aｶ日本語カナあいうえお―", i), False),
+    # and in sets with one: an 8-bit *_bin (ordered by encoded bytes) and UTF-16
+    "k_latin1": ("VARCHAR(20) CHARACTER SET latin1 COLLATE latin1_bin", lambda i: _letters("aAéÉß€Ÿz", i), False),
+    "k_utf16": ("VARCHAR(20) CHARACTER SET utf16", lambda i: _letters("aé中😀ж", i), True),
 }  # fmt: skip
 
 
