@@ -41,15 +41,19 @@ STRING = "string"
 BYTES = "bytes"
 DATE = "date"
 DATETIME = "datetime"
-KEY_KINDS = (INT, DECIMAL, FLOAT, STRING, BYTES, DATE, DATETIME)
+TIME = "time"  # the canonical text [-]HH:MM:SS[.f…], ordered by its signed length of time
+BIT = "bit"  # the unsigned value (BIT(1)'s canonical boolean is 0 or 1)
+KEY_KINDS = (INT, DECIMAL, FLOAT, STRING, BYTES, DATE, DATETIME, TIME, BIT)
 
 
 def encode_key_value(kind: str, value: Any) -> Any:
     """A JSON-safe form of a key value (decimals as strings, bytes as base64)."""
     if value is None:
         return None
-    if kind == INT:
+    if kind in (INT, BIT):
         return int(value)
+    if kind == TIME:
+        return time_text(value)
     if kind == DECIMAL:
         return str(value)
     if kind == FLOAT:
@@ -66,8 +70,10 @@ def encode_key_value(kind: str, value: Any) -> Any:
 def decode_key_value(kind: str, value: Any) -> Any:
     if value is None:
         return None
-    if kind == INT:
+    if kind in (INT, BIT):
         return int(value)
+    if kind == TIME:
+        return str(value)
     if kind == DECIMAL:
         return Decimal(value)
     if kind == FLOAT:
@@ -323,6 +329,10 @@ class KeyOrder:
                 self._funcs.append(BINARY.sort_key)
             elif col.kind == DATETIME:
                 self._funcs.append(_naive_utc)
+            elif col.kind == TIME:
+                self._funcs.append(time_micros)
+            elif col.kind == BIT:
+                self._funcs.append(int)
             elif col.kind in KEY_KINDS:
                 self._funcs.append(_identity)
             else:
@@ -347,6 +357,26 @@ class KeyOrder:
 
 def _identity(v: Any) -> Any:
     return v
+
+
+def time_micros(v: Any) -> int:
+    """A TIME key's signed microseconds: its order. Takes the canonical text or a ``timedelta``."""
+    if isinstance(v, dt.timedelta):
+        return (v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds
+    text = str(v).strip()
+    negative = text.startswith("-")
+    hms, _, frac = text.lstrip("-").partition(".")
+    h, m, sec = (int(p) for p in hms.split(":"))
+    micros = ((h * 60 + m) * 60 + sec) * 1_000_000 + int((frac + "000000")[:6])
+    return -micros if negative else micros
+
+
+def time_text(v: Any) -> str:
+    """A TIME key as text the server reads back as the same TIME: ``[-]HH:MM:SS.ffffff``."""
+    micros = time_micros(v)
+    sign = "-" if micros < 0 else ""
+    secs, frac = divmod(abs(micros), 1_000_000)
+    return f"{sign}{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}.{frac:06d}"
 
 
 def _naive_utc(v: Any) -> Any:

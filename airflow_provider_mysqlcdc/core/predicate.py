@@ -23,10 +23,15 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+_UTF8 = frozenset({"utf8mb4", "utf8mb3", "utf8"})
+
+
 def sql_literal(col: KeyColumn, value: Any, collations: dict[str, Collation] | None = None) -> str:
     """An injection-proof SQL literal for a key value (used where parameters cannot be: JDBC predicates)."""
-    if col.kind == keys.INT:
+    if col.kind in (keys.INT, keys.BIT):
         return str(int(value))
+    if col.kind == keys.TIME:
+        return "'" + keys.time_text(value) + "'"
     if col.kind == keys.DECIMAL:
         d = Decimal(value)
         if not d.is_finite():
@@ -39,10 +44,16 @@ def sql_literal(col: KeyColumn, value: Any, collations: dict[str, Collation] | N
     if col.kind == keys.STRING:
         coll = (collations or {}).get(col.collation or "")
         charset = coll.charset if coll else "utf8mb4"
-        codec = coll.codec if coll else "utf-8"
         if not charset.replace("_", "").isalnum():
             raise ValueError(f"bad charset name {charset!r}")
-        return f"_{charset} X'{str(value).encode(codec).hex()}'"
+        utf8 = str(value).encode("utf-8").hex()
+        if charset.lower() in _UTF8:
+            return f"_{charset} X'{utf8}'"
+        # Any other set: the server converts the text (Python's codec of a set's name is often not the
+        # server's: latin1's five extra bytes, macce, big5, sjis, utf16 ...), in the column's collation.
+        if coll is None or not coll.name.replace("_", "").isalnum():
+            raise ValueError(f"no usable collation for string key column {col.name} in {charset}")
+        return f"(CONVERT(_utf8mb4 X'{utf8}' USING {charset}) COLLATE {coll.name})"
     if col.kind == keys.DATE:
         return "'" + (value if isinstance(value, str) else value.isoformat()) + "'"
     if col.kind == keys.DATETIME:

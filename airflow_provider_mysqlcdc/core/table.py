@@ -135,6 +135,12 @@ class ColumnInfo:
             return keys.DATE
         if t in ("datetime", "timestamp"):
             return keys.DATETIME
+        if t == "time":
+            return keys.TIME
+        if t == "year":  # 0 (YEAR 0000) and 1901..2155, compared as numbers
+            return keys.INT
+        if t == "bit":
+            return keys.BIT
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,7 +191,7 @@ class TableSchema:
             if kind is None:
                 raise SourceSchemaError(
                     f"chunk key column {self.table}.{col.name} has type {col.column_type}, which cannot order "
-                    "chunks: choose an integer, decimal, string, binary, date or datetime column"
+                    "chunks: choose an integer, decimal, string, binary, date, time, datetime, year or bit column"
                 )
             out.append(KeyColumn(col.name, kind, col.collation if kind == keys.STRING else None))
         return out

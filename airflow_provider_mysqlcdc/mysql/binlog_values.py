@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.core.table import TableSchema
 from airflow_provider_mysqlcdc.core.types import ColumnType, column_types
+from airflow_provider_mysqlcdc.mysql import charsets
 
 UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -182,22 +183,21 @@ def _year_converter(v: Any) -> int:
 
 
 def _text_converter(charset: str | None) -> Callable[[Any], str]:
+    """Text as the server decodes it: the reader hands the library's text columns over as raw bytes
+    (``mysql/table_maps``), decoded here by ``mysql/charsets`` (Python's codec of a charset's name is
+    often another definition)."""
+    decoder: list[Callable[[bytes], str]] = []
+
     def conv(v: Any) -> str:
         if isinstance(v, str):
             return v
         if isinstance(v, bytes | bytearray):
-            # The decoder hands back raw bytes for charsets Python lacks a codec name for.
-            return bytes(v).decode(_python_codec(charset))
+            if not decoder:
+                decoder.append(charsets.text_decoder(charset))
+            return decoder[0](bytes(v))
         raise TypeError(f"expected text from the binlog, got {type(v).__name__}: {v!r}")
 
     return conv
-
-
-def _python_codec(charset: str | None) -> str:
-    cs = (charset or "utf8mb4").lower()
-    return {"utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252", "ascii": "ascii",
-            "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be",
-            "binary": "latin-1"}.get(cs, cs)
 
 
 def _bytes_converter(pad_to: int | None) -> Callable[[Any], bytes]:

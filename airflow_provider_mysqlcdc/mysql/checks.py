@@ -9,7 +9,9 @@ from typing import Any
 import pymysql
 
 from airflow_provider_mysqlcdc.core.keys import STRING, Collation, KeyColumn
-from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId
+from airflow_provider_mysqlcdc.core.table import SourceSchemaError, TableId, TableSchema
+from airflow_provider_mysqlcdc.core.types import UnsupportedColumnType, column_types
+from airflow_provider_mysqlcdc.mysql.charsets import unsupported_reason
 from airflow_provider_mysqlcdc.mysql.collation import UnsupportedCollationError, fetch_collation
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
 from airflow_provider_mysqlcdc.mysql.server import ServerInfo, current_offset, server_info, variables
@@ -376,6 +378,20 @@ def _parsed(names: list[str]) -> list[TableId]:
     return out
 
 
+_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
+
+
+def _undecodable_text(schema: TableSchema) -> str | None:
+    """Why a text column's bytes cannot be decoded from the binlog as the server decodes them, or None."""
+    for col in schema.columns:
+        text = col.data_type.lower() in _TEXT_TYPES
+        reason = unsupported_reason(col.charset) if text else None
+        if reason is not None:
+            return (f"column {col.name}: {reason}. Convert the column to utf8mb4 (ALTER TABLE ... MODIFY ... "
+                    "CHARACTER SET utf8mb4) or leave the table out (exclude_tables)")  # fmt: skip
+    return None
+
+
 def _unordered_key(conn: Any, key: list[KeyColumn], seen: dict[str, Collation | str]) -> str | None:
     """Why a string chunk-key column's collation cannot place keys into chunks exactly, or None."""
     for col in key:
@@ -430,6 +446,15 @@ def check_source(
             unordered = _unordered_key(conn, key, collations)
             if unordered is not None:
                 report.problems.append(SourceProblem("chunk_key_collation", f"{tid}: {unordered}", name))
+                continue
+            undecodable = _undecodable_text(schema)
+            if undecodable is not None:
+                report.problems.append(SourceProblem("character_set", f"{tid}: {undecodable}", name))
+                continue
+            try:
+                column_types(schema)  # a type with no canonical value would fail its snapshot group
+            except UnsupportedColumnType as exc:
+                report.problems.append(SourceProblem("column_type", f"{tid}: {exc}", name))
                 continue
             report.tables.append(str(tid))
         except SourceSchemaError as exc:

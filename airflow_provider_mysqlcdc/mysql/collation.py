@@ -52,6 +52,8 @@ WHERE n NOT BETWEEN 55296 AND 57343
   AND HEX(CONVERT(CONVERT(CHAR(n USING ucs2) USING {{cs}}) USING ucs2)) = HEX(CHAR(n USING ucs2))
 """
 
+#: The sets that hold characters above U+FFFF (their weights are probed, not taken from the BMP table).
+_SUPPLEMENTARY_SETS = {"utf8mb4", "utf16", "utf16le", "utf32"}
 _PROBE_SUPPLEMENTARY = ["\U00010000", "\U0001f600", "\U0002a6d6", "\U0010fffd"]
 
 
@@ -135,10 +137,10 @@ def fetch_collation(conn: Any, collation: str) -> Collation:
         weights = {int(n): _units(h, width) for n, h in cur.fetchall()}
 
         supplementary: tuple[int, ...] = ()
-        if charset.lower() == "utf8mb4":
+        if charset.lower() in _SUPPLEMENTARY_SETS:
             probes = []
             for ch in _PROBE_SUPPLEMENTARY:
-                cur.execute(f"SELECT HEX(WEIGHT_STRING(CONVERT(%s USING utf8mb4) COLLATE {coll}))", (ch,))
+                cur.execute(f"SELECT HEX(WEIGHT_STRING(CONVERT(%s USING {charset}) COLLATE {coll}))", (ch,))
                 probes.append(_units(cur.fetchone()[0], width))
             if len(set(probes)) != 1:  # they weigh apart: the server orders every value
                 return _server_ordered(coll, charset, codec, pad_space, space, _units(a_hex, width), width)

@@ -16,7 +16,6 @@ big-endian bytes.
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 from decimal import Decimal
 from typing import Any
@@ -25,40 +24,24 @@ from pymysqlreplication.constants import FIELD_TYPE
 
 from airflow_provider_mysqlcdc.core import types as cdc_types
 from airflow_provider_mysqlcdc.core.table import ColumnInfo, enum_values
-from airflow_provider_mysqlcdc.mysql import binlog_values
+from airflow_provider_mysqlcdc.mysql import binlog_values, charsets
 
 UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
 _DEC_CONTEXT = binlog_values._DEC_CONTEXT
 _COMPRESSED_BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _UTF8 = {"utf8mb4", "utf8mb3", "utf8"}
-# Text codecs as the server defines them. MariaDB's utf16/utf32/ucs2 are big-endian; its latin1 is
-# cp1252 except that the five bytes cp1252 leaves undefined map to the C1 controls U+0081.. (what
-# the server itself converts them to, so what the snapshot reads over JDBC).
-_CODECS = {"utf16": "utf-16-be", "utf16le": "utf-16-le", "utf32": "utf-32-be", "ucs2": "utf-16-be",
-           "latin1": "cp1252", "ascii": "ascii"}  # fmt: skip
-
-
-def _mariadb_latin1_errors(exc: UnicodeError) -> tuple[str, int]:
-    if isinstance(exc, UnicodeDecodeError):
-        byte = exc.object[exc.start]
-        if byte in (0x81, 0x8D, 0x8F, 0x90, 0x9D):
-            return chr(byte), exc.start + 1
-    raise exc
-
-
-codecs.register_error("mysqlcdc_latin1", _mariadb_latin1_errors)
 
 
 def _text_decoder(charset: str) -> str | Any:
-    """'utf8' (decoded inline by the generated code) or a ``bytes -> str`` function; None if unknown."""
+    """'utf8' (decoded inline by the generated code) or a ``bytes -> str`` function decoding as the
+    server does (``mysql/charsets.py``: a table learned from the server where Python's codec differs)."""
     if charset in _UTF8:
         return "utf8"
-    codec = _CODECS.get(charset)
-    if codec is None:
-        return None
-    errors = "mysqlcdc_latin1" if charset == "latin1" else "strict"
-    return lambda b: b.decode(codec, errors)
+    try:
+        return charsets.text_decoder(charset)
+    except charsets.UnsupportedCharset as exc:
+        raise UnsupportedRowFormat(str(exc)) from exc
 
 
 _INT_SIZES = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4,
@@ -295,10 +278,7 @@ def column_plan(bcol: Any, info: ColumnInfo | None) -> tuple[str, Any, Any]:
             return "var", prefix, None
         if kind in ("string", "json"):
             cs = (info.charset or "").lower() if info is not None else ""
-            text = _text_decoder(cs)
-            if text is None:
-                raise UnsupportedRowFormat(f"column {bcol.name}: character set {cs or '?'} is not on the fast path")
-            return "var", prefix, text
+            return "var", prefix, _text_decoder(cs or "utf8mb4")
         if kind in ("bytes", "geometry"):
             pad = info.char_max_length if info is not None and info.data_type.lower() == "binary" else None
             if pad:

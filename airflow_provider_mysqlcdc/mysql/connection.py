@@ -57,12 +57,16 @@ class ConnectionSettings:
 
     def connect(self, **overrides: Any) -> pymysql.connections.Connection:
         """A connection to the source; the process then orders the keys of collations only the
-        server can order (``server`` method) by this source (``mysql/collation.use_server_weights``)."""
+        server can order (``server`` method) by this source (``mysql/collation.use_server_weights``),
+        and decodes binlog text in sets Python cannot decode exactly by its tables
+        (``mysql/charsets.use_server_charsets``)."""
+        from airflow_provider_mysqlcdc.mysql.charsets import use_server_charsets
         from airflow_provider_mysqlcdc.mysql.collation import use_server_weights
 
         kw = self.connect_kwargs()
         kw.update(overrides)
         use_server_weights(self)
+        use_server_charsets(self)
         try:
             return pymysql.connect(**kw)
         except pymysql.err.OperationalError as exc:

@@ -107,11 +107,10 @@ class _TableSplitter:
         self.qkeys = ", ".join(quote_ident(c.name) for c in key_cols)
         # Boundary values are read back and compared again, so they must be exact. The server shows
         # a FLOAT with 6 significant digits (many stored values share one text), which made the
-        # uneven loop never advance; CAST AS DOUBLE gives the stored value exactly.
-        self.qselect = ", ".join(
-            f"CAST({quote_ident(c.name)} AS DOUBLE)" if c.kind == keys.FLOAT else quote_ident(c.name)
-            for c in key_cols
-        )
+        # uneven loop never advance; CAST AS DOUBLE gives the stored value exactly. BIT comes as
+        # bytes and TIME as a timedelta that drops a negative fraction's sign in some clients:
+        # their number and text are the key values.
+        self.qselect = ", ".join(_key_select(c) for c in key_cols)
 
     def _query(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         with self.conn.cursor() as cur:
@@ -222,3 +221,12 @@ class _TableSplitter:
             for c, x, y in zip(self.key_cols, a, b, strict=True)
         )
         return bool(self._query(f"SELECT {pairs}")[0][0])
+
+
+_KEY_CASTS = {keys.FLOAT: "DOUBLE", keys.BIT: "UNSIGNED", keys.TIME: "CHAR"}
+
+
+def _key_select(col: KeyColumn) -> str:
+    """How a key column is read back as an exact key value."""
+    cast = _KEY_CASTS.get(col.kind)
+    return f"CAST({quote_ident(col.name)} AS {cast})" if cast else quote_ident(col.name)

@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from pymysqlreplication.constants import FIELD_TYPE
+
 from airflow_provider_mysqlcdc.core.table import TableId, TableSchema
 from airflow_provider_mysqlcdc.mysql.rows_decoder import RowsDecoder, UnsupportedRowFormat
 from airflow_provider_mysqlcdc.mysql.server import BinlogReadError
@@ -91,6 +93,8 @@ class TableMaps:
         if dec is not None:
             pkt = ev.packet
             return dec.decode(pkt.read(ev.event_size - pkt.read_bytes), op)
+        if self.convert is not None:
+            _keep_text_raw(ev.columns)
         return _library_images(ev.rows, op, name, self.convert)
 
     def _decoder(self, ev: Any, name: str) -> RowsDecoder | None:
@@ -128,6 +132,21 @@ def _has_all(bitmap: bytes, full: bytes) -> bool:
     return bitmap == full or (
         len(bitmap) == len(full) and all(b & f == f for b, f in zip(bitmap, full, strict=True))
     )
+
+
+#: A character set name no Python codec has: python-mysql-replication then keeps a column's bytes.
+_RAW_TEXT = "mysqlcdc-raw-bytes"
+_TEXT_TYPES = frozenset({FIELD_TYPE.VARCHAR, FIELD_TYPE.VAR_STRING, FIELD_TYPE.STRING, FIELD_TYPE.BLOB})
+
+
+def _keep_text_raw(columns: Sequence[Any]) -> None:
+    """Have python-mysql-replication hand text columns over as their bytes: it decodes them with
+    Python's codec of the charset's name, which is often not the server's definition (MySQL latin1 is
+    cp1252, sjis is not shift_jis, ...); the row converter decodes them as the server does
+    (``mysql/charsets``). Set on each rows event: every TABLE_MAP event brings new column objects."""
+    for c in columns:
+        if c.type in _TEXT_TYPES and getattr(c, "character_set_name", None) is not None:
+            c.character_set_name = _RAW_TEXT
 
 
 def _library_images(rows: list[dict[str, Any]], op: str, name: str, convert: RowConverter | None) -> list[Any]:

@@ -333,3 +333,19 @@ def test_a_server_collation_travels_without_its_cache(weights: _Weights) -> None
     assert copy == coll and copy._cache == {} and Collation.from_dict(json.loads(json.dumps(coll.to_dict()))) == coll
     copy.sort_key("a")
     assert len(weights.rounds) == 2  # asked again in the new process
+
+
+def test_time_keys_order_by_signed_length_whatever_their_form() -> None:
+    order = keys.KeyOrder([keys.KeyColumn("k", keys.TIME)])
+    texts = ["-838:59:59", "-12:34:56.789", "-00:00:01.5", "-00:00:00.000001", "00:00:00", "00:00:00.001",
+             "23:59:59.999999", "100:00:00.25"]  # fmt: skip
+    assert sorted(reversed(texts), key=lambda t: order.sort_key([t])) == texts
+    assert order.sort_key(["-00:00:01.5"]) == order.sort_key([-dt.timedelta(seconds=1, microseconds=500_000)])
+    assert keys.time_text("-1:02:03.4") == "-01:02:03.400000"
+    assert keys.decode_key_value(keys.TIME, keys.encode_key_value(keys.TIME, "100:00:00")) == "100:00:00.000000"
+
+
+def test_bit_keys_order_as_unsigned_numbers_booleans_included() -> None:
+    order = keys.KeyOrder([keys.KeyColumn("k", keys.BIT)])
+    assert order.sort_key([False]) < order.sort_key([True]) < order.sort_key([2]) < order.sort_key([Decimal(2**64 - 1)])
+    assert keys.encode_key_value(keys.BIT, True) == 1

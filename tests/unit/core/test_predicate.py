@@ -52,7 +52,8 @@ def test_string_literal_is_hex_with_charset_introducer() -> None:
     assert "'" not in lit[len("_utf8mb4 X'") : -1]
     latin1 = Collation(name="latin1_swedish_ci", method="weights", charset="latin1", codec="cp1252")
     col = KeyColumn("s", keys.STRING, "latin1_swedish_ci")
-    assert sql_literal(col, "é", {"latin1_swedish_ci": latin1}) == "_latin1 X'e9'"
+    want = "(CONVERT(_utf8mb4 X'c3a9' USING latin1) COLLATE latin1_swedish_ci)"  # converted by the server
+    assert sql_literal(col, "é", {"latin1_swedish_ci": latin1}) == want
     bad = Collation(name="x", method="codepoint", charset="utf8mb4; DROP")
     with pytest.raises(ValueError, match="bad charset"):
         sql_literal(KeyColumn("s", keys.STRING, "x"), "a", {"x": bad})
@@ -150,3 +151,15 @@ def test_naive_per_column_predicate_would_lose_rows() -> None:
     assert (1, 3, 0) not in _sqlite_rows(cols, grid, naive)
     assert (1, 3, 0) in _sqlite_rows(cols, grid, right)
     assert (2, 0, 0) in _sqlite_rows(cols, grid, right)
+
+
+def test_a_string_in_a_set_without_a_python_codec_is_converted_by_the_server() -> None:
+    big5 = Collation(name="big5_chinese_ci", method="server", charset="big5")
+    col = KeyColumn("s", keys.STRING, "big5_chinese_ci")
+    want = "(CONVERT(_utf8mb4 X'e4b8ad' USING big5) COLLATE big5_chinese_ci)"
+    assert sql_literal(col, "中", {"big5_chinese_ci": big5}) == want
+
+
+def test_time_and_bit_literals() -> None:
+    assert sql_literal(KeyColumn("t", keys.TIME), "-00:00:01.5") == "'-00:00:01.500000'"
+    assert sql_literal(KeyColumn("b", keys.BIT), True) == "1"
