@@ -48,8 +48,9 @@ def _default_collation_table(server: Any, db: str) -> str:
 
 
 @pytest.mark.parametrize("flavour", ["mysql97", "mariadb118"])
-def test_the_example_dag_captures_default_collation_keys_exactly(flavour, airflow_db, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                                 monkeypatch: pytest.MonkeyPatch, request) -> None:  # fmt: skip
+def test_the_example_dag_captures_default_collation_keys_exactly(  # type: ignore[no-untyped-def]
+    flavour, airflow_db, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request
+) -> None:
     server = request.getfixturevalue(flavour)
     db = "dag_" + uuid.uuid4().hex[:8]
     server.execute(f"CREATE DATABASE {db}")
