@@ -213,6 +213,7 @@ def use_server_charsets(settings: ConnectionSettings) -> None:
     current = _by_server.get(key)
     if current is None:
         current = _by_server[key] = ServerCharsets(settings)
+    current.settings = settings  # the latest login: an earlier one may be gone (the tables learned stay)
     _source = current
 
 
