@@ -49,14 +49,15 @@ def follow_failover(conn: Any, store: StateStore, stop_timeout: float = 300.0, s
     if stop_stream and stream_state(store)["running"]:
         log.warning("failover: stopping the stream, which still runs against the old server")
         request_stop(store, timeout=stop_timeout)
-    pending = [o for o in manifest.offsets() if o.server not in (here, None) and not o <= restart]
+    # offsets not behind the restart point (chunks' HWs the stream had not passed): each by its own set
+    pending = [o for o in manifest.offsets() if o.server != here and not _behind(o, restart)]
     table = _translations(conn, [restart, *pending], here, info)
     new_start = table[restart.gtid_set or ""]
 
     def translate(o: BinlogOffset) -> BinlogOffset:
         if o.server == here:
             return o
-        if o <= restart and o.server in (restart.server, None):
+        if _behind(o, restart):
             return new_start  # applied before the restart point: behind it on this server too
         return table[o.gtid_set or ""]
 
@@ -66,6 +67,12 @@ def follow_failover(conn: Any, store: StateStore, stop_timeout: float = 300.0, s
                 rebased.start_offset, new_start.gtid_set, rebased.generation.number,
                 rebased.generation.checkpoint)  # fmt: skip
     return rebased
+
+
+def _behind(o: BinlogOffset, restart: BinlogOffset) -> bool:
+    """Whether ``o`` lies at or before the restart point in the binlog both name (an offset with no
+    server recorded was written before identities were: by the restart point's server)."""
+    return o.server in (restart.server, None) and o <= restart
 
 
 def offsets_here(conn: Any, tables: dict[str, CapturedTable]) -> dict[str, CapturedTable]:
