@@ -192,15 +192,3 @@ def spark_cluster():  # type: ignore[no-untyped-def]
     finally:
         cluster.destroy()
 
-
-#: Modules that must run in a fresh pytest process. test_routing's stream loses the rows of the shard
-#: whose ADD COLUMN it follows when test_partial_backfill ran before it in the same process (state
-#: one pipeline leaves in the process; reproduced at 2316cb1 too: ``pytest -n 0
-#: tests/integration/test_partial_backfill.py tests/integration/test_routing.py``; open on issue 34).
-#: Alone, or first on its worker, it passes: it still proves routing, and the leak stays visible.
-FIRST_ON_A_WORKER = ("tests/integration/test_routing.py",)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put FIRST_ON_A_WORKER's tests first: xdist hands each worker its first module in this order."""
-    items.sort(key=lambda item: 0 if item.nodeid.split("::", 1)[0] in FIRST_ON_A_WORKER else 1)
