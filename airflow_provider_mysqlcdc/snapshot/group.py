@@ -48,11 +48,11 @@ from airflow_provider_mysqlcdc.core.server_ids import ServerIdLayout
 from airflow_provider_mysqlcdc.core.table import SourceSchemaError
 from airflow_provider_mysqlcdc.core.throttle import read_slot_rate
 from airflow_provider_mysqlcdc.mysql import server as source_server
-from airflow_provider_mysqlcdc.mysql.checks import check_server
 from airflow_provider_mysqlcdc.mysql.collation import use_server_weights
 from airflow_provider_mysqlcdc.mysql.connection import ConnectionSettings
 from airflow_provider_mysqlcdc.mysql.planner import SnapshotPlan
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema, read_table_schemas
+from airflow_provider_mysqlcdc.mysql.server_checks import check_server
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
 from airflow_provider_mysqlcdc.sinks.delta_changelog import replace_snapshot_rows
 from airflow_provider_mysqlcdc.snapshot.binlog_window import replay_window
