@@ -21,17 +21,15 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.failover import follow_failover
 from airflow_provider_mysqlcdc.mysql.checks import check_source
-from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
-from airflow_provider_mysqlcdc.mysql.server import current_offset, server_identity
+from airflow_provider_mysqlcdc.mysql.server import server_identity
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
 from airflow_provider_mysqlcdc.stream.control import checkpoint_offset
-from airflow_provider_mysqlcdc.stream.job import StreamOptions, start_stream, stop_gracefully, wait_until_caught_up
+from airflow_provider_mysqlcdc.stream.job import StreamOptions, start_stream, stop_gracefully
 from tests.integration.test_stream_e2e import assert_sink_equals_source
+from tests.support.pipeline_runs import snapshot_tables, stream_to_catch_up
 from tests.support.random_writer import RandomWriter, make_tables
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -41,13 +39,8 @@ ROWS = 1_500
 
 def _snapshot(spark: Any, settings: Any, store: StateStore, sink: DeltaSink, tables: list[str]) -> Any:
     """Every table in several chunks and groups, under the writer."""
-    with settings.connect() as conn:
-        plan = plan_snapshot(conn, tables, 200, 8)
+    plan = snapshot_tables(spark, settings, store, sink, tables, 200, 8)
     assert len(plan.groups) >= 2
-    store.write_plan("p1", plan.to_dict())
-    for g in plan.groups:
-        run_snapshot_group(spark, settings, store, "p1", g.group_id, sink)
-    store.write_manifest(build_manifest(plan, store.read_all_results("p1")))
     return plan
 
 
@@ -87,17 +80,8 @@ def test_capture_from_a_replica_equals_the_primary(mariadb_pair, spark, tmp_path
     writer.start()
     try:
         plan = _snapshot(spark, settings, store, sink, tables)
-        query = start_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5, readers=2))
-        try:
-            time.sleep(2)
-            writer.stop_event.set()
-            writer.join()
-            mariadb_pair.wait_caught_up()
-            with settings.connect() as conn:
-                target = current_offset(conn)
-            wait_until_caught_up(query, target)
-        finally:
-            stop_gracefully(query)
+        stream_to_catch_up(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5, readers=2), [writer], 2,
+                           settled=mariadb_pair.wait_caught_up)  # fmt: skip
     finally:
         writer.stop_event.set()
     assert writer.transactions > 100 and not writer.errors, (writer.transactions, writer.errors[:3])
@@ -152,15 +136,8 @@ def test_the_stream_resumes_exactly_on_the_promoted_replica(pair_fixture, abrupt
 
     writer = RandomWriter(new, db, rate=120, seed=4, rows=ROWS)
     writer.start()
-    query = start_stream(spark, settings, store, sink, opts)
     try:
-        time.sleep(3)
-        writer.stop_event.set()
-        writer.join()
-        with settings.connect() as conn:
-            target = current_offset(conn)
-        wait_until_caught_up(query, target)
+        stream_to_catch_up(spark, settings, store, sink, opts, [writer], 3)
     finally:
         writer.stop_event.set()
-        stop_gracefully(query)
     assert_sink_equals_source(settings, plan, sink, tables)

@@ -14,23 +14,19 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 import uuid
 from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.core.manifest_build import build_manifest
 from airflow_provider_mysqlcdc.core.table import TableId
 from airflow_provider_mysqlcdc.mysql.checks import check_source
-from airflow_provider_mysqlcdc.mysql.planner import plan_snapshot
 from airflow_provider_mysqlcdc.mysql.schema import read_table_schema
-from airflow_provider_mysqlcdc.mysql.server import current_offset
 from airflow_provider_mysqlcdc.sinks.delta import DeltaSink
-from airflow_provider_mysqlcdc.snapshot.group import run_snapshot_group
 from airflow_provider_mysqlcdc.state import StateStore
-from airflow_provider_mysqlcdc.stream.job import StreamOptions, start_stream, stop_gracefully, wait_until_caught_up
+from airflow_provider_mysqlcdc.stream.job import StreamOptions
 from tests.integration.test_stream_e2e import assert_sink_equals_source
+from tests.support.pipeline_runs import snapshot_tables, stream_to_catch_up
 from tests.support.random_writer import numbers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -102,22 +98,8 @@ def test_gipk_and_fractions_snapshot_and_stream_exactly(mysql97, spark, tmp_path
         writer = _Writer(mysql97, db)
         writer.start()
         try:
-            with settings.connect() as conn:
-                plan = plan_snapshot(conn, tables, 100, 4)
-            store.write_plan("p1", plan.to_dict())
-            for g in plan.groups:
-                run_snapshot_group(spark, settings, store, "p1", g.group_id, sink)
-            store.write_manifest(build_manifest(plan, store.read_all_results("p1")))
-            query = start_stream(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5))
-            try:
-                time.sleep(3)
-                writer.stop_event.set()
-                writer.join()
-                with settings.connect() as conn:
-                    target = current_offset(conn)
-                wait_until_caught_up(query, target)
-            finally:
-                stop_gracefully(query)
+            plan = snapshot_tables(spark, settings, store, sink, tables, 100, 4)
+            stream_to_catch_up(spark, settings, store, sink, StreamOptions(trigger_seconds=0.5), [writer], 3)
         finally:
             writer.stop_event.set()
         assert writer.transactions > 100
