@@ -21,18 +21,10 @@ lint: bootstrap
 # test waits on its servers (MariaDB, Spark, Airflow), so two overlap well on two cores. 0 = one process.
 PYTEST_WORKERS ?= 2
 
-# Modules run in a pytest process of their own, before the rest. test_routing's stream loses the rows
-# of the shard whose ADD COLUMN it follows when other pipelines ran before it in the same process
-# (reproduced at 2316cb1: pytest -n 0 tests/integration/test_partial_backfill.py
-# tests/integration/test_routing.py); alone it passes. The leak is open on issue 34.
-OWN_PROCESS := tests/integration/test_routing.py
-
 test: bootstrap
 	.venv/bin/ruff check $(LINT_PATHS)
 	.venv/bin/lint-imports
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n 0 $(OWN_PROCESS) $(PYTEST_ARGS)
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --durations=15 \
-		$(addprefix --ignore=,$(OWN_PROCESS)) $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 demo: bootstrap
 	.venv/bin/python -m demo.run $(ARGS)
